@@ -1,0 +1,28 @@
+# gpuscale: GPU-over-CPU training speedup as the network grows.
+# Reads like a table of contents: config, its validation, the rule files, the target.
+# Logic lives in the `gpuscale` command; README.md explains how Snakemake and DVC share the work.
+
+from snakemake.utils import min_version, validate
+
+from gpuscale import params as gp
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+validate(config, "workflow/schemas/params.schema.yaml", set_default=False)
+
+
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        records=all_records(),

@@ -1,0 +1,3 @@
+from gpuscale.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""The one command-line entry point: `gpuscale <stage> ...` (also `python -m gpuscale`).
+
+Snakemake rules and DVC stages call these subcommands and nothing else. Every subcommand that
+reads params validates the whole file first, so a bad key stops any stage in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from gpuscale import params as params_mod
+
+log = logging.getLogger("gpuscale")
+
+
+def setup_logging(log_file: str | None, verbose: bool = False) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def load_params(args) -> dict:
+    return params_mod.load([Path(p) for p in (args.params or [params_mod.DEFAULT_PARAMS])])
+
+
+def cmd_validate(args) -> int:
+    config = load_params(args)
+    print(f"ok: {len(params_mod.run_keys(config))} runs "
+          f"({', '.join(config['study']['models'])} on {', '.join(config['study']['devices'])})")
+    return 0
+
+
+def cmd_host(args) -> int:
+    from gpuscale import envinfo, fsutil
+
+    fsutil.write_json(args.out, {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()})
+    return 0
+
+
+def cmd_data(args) -> int:
+    from gpuscale import data
+
+    config = load_params(args)
+    data.prepare(config["data"], Path(args.out))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from gpuscale import train
+
+    config = load_params(args)
+    study = config["study"]
+    if args.model not in study["models"]:
+        log.warning("model %s is not in study.models; training it anyway as asked", args.model)
+    settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
+    out = Path(args.out or params_mod.record_path(args.model, args.device, args.variant, args.seed))
+    train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from gpuscale import models, nets
+
+    print(f"{'model':<16} {'parameters':>12} {'train GFLOPs/image':>19}  description")
+    for name, spec in models.MODELS.items():
+        model = spec.build(10)
+        flops = nets.flops_per_image(model)
+        print(f"{name:<16} {nets.parameter_count(model):>12,} {flops['train_flops_per_image'] / 1e9:>19.4f}  {spec.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuscale", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--params", action="append", metavar="FILE",
+                        help="params file (default params.yaml); repeat to overlay, later files win")
+    common.add_argument("--log", metavar="FILE", help="also write the log to FILE")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", parents=[common], help="check params files and exit")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("host", parents=[common], help="write this host's hardware fingerprint")
+    p.add_argument("--out", default="results/host.json")
+    p.set_defaults(func=cmd_host)
+
+    p = sub.add_parser("data", parents=[common], help="prepare the dataset (data.* params)")
+    p.add_argument("--out", default="data/prepared")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", parents=[common], help="train and time one (model, device, variant, seed)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--device", required=True, help="cpu, cuda, cuda-N or mps")
+    p.add_argument("--variant", default="paper")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
+    p.add_argument("--data", default="data/prepared", help="prepared dataset folder")
+    p.add_argument("--out", help="record path (default results/runs/<model>/<device>/<variant>-seed<seed>.json)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("models", parents=[common], help="list the model registry with parameters and FLOPs")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpuscale.data import DataError
+    from gpuscale.record import RecordError
+
+    args = build_parser().parse_args(argv)
+    setup_logging(getattr(args, "log", None))
+    known = (params_mod.ParamsError, DataError, RecordError)
+    try:
+        if args.command == "train":
+            from gpuscale.train import TrainError
+
+            known = (*known, TrainError)
+        return args.func(args)
+    except known as err:
+        if args.debug:
+            raise
+        print(f"gpuscale {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpuscale {args.command}: interrupted; no output was written", file=sys.stderr)
+        return 130

@@ -1,0 +1,357 @@
+"""The data stage: fetch or read CIFAR-10-shaped images and write a prepared dataset.
+
+Prepared layout (one folder): train_images.npy, train_labels.npy, test_images.npy, test_labels.npy
+(uint8 NHWC images, int64 labels; memory-mappable) and manifest.json (source, checksums, counts,
+class names). No pickle is read from any source: the CIFAR-10 binary archive is parsed as
+fixed-size records, image folders are decoded with Pillow.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpuscale import fsutil
+
+log = logging.getLogger("gpuscale.data")
+
+IMAGE_SHAPE = (32, 32, 3)
+CIFAR_RECORD_BYTES = 1 + 32 * 32 * 3
+CIFAR_RECORDS_PER_BATCH = 10_000
+CIFAR_TRAIN_MEMBERS = tuple(f"cifar-10-batches-bin/data_batch_{i}.bin" for i in range(1, 6))
+CIFAR_TEST_MEMBER = "cifar-10-batches-bin/test_batch.bin"
+CIFAR_META_MEMBER = "cifar-10-batches-bin/batches.meta.txt"
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+DEFAULT_ARCHIVE = Path("data/raw/cifar-10-binary.tar.gz")
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp"}
+ARRAY_FILES = ("train_images.npy", "train_labels.npy", "test_images.npy", "test_labels.npy")
+MANIFEST_VERSION = 1
+NO_NETWORK_MESSAGES = ("Name or service not known", "Temporary failure in name resolution", "No address associated", "Network is unreachable")
+
+
+class DataError(RuntimeError):
+    """A dataset problem; str() says the cause and the fix in one or two lines."""
+
+
+@dataclass
+class Dataset:
+    train_images: np.ndarray  # uint8 (N, 32, 32, 3)
+    train_labels: np.ndarray  # int64 (N,)
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    classes: tuple[str, ...]
+    source: dict  # what the manifest says of where it came from
+
+
+# ----------------------------------------------------------------------------- cifar10 binary
+
+
+def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 binary batch: records of 1 label byte + 3072 bytes (R, G, B planes of 32x32)."""
+    if len(raw) % CIFAR_RECORD_BYTES:
+        raise DataError(f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; the archive is corrupt (delete it and download again)")
+    records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR_RECORD_BYTES)
+    labels = records[:, 0].astype(np.int64)
+    if labels.max(initial=0) >= len(CIFAR_CLASSES):
+        raise DataError(f"{name}: label {labels.max()} out of range 0-9; the archive is corrupt (delete it and download again)")
+    images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images), labels
+
+
+def read_cifar_archive(archive: Path) -> Dataset:
+    try:
+        tar = tarfile.open(archive, mode="r:gz")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise DataError(f"{archive}: not a readable .tar.gz ({err}); delete it and download again") from None
+    with tar:
+        members = {m.name: m for m in tar.getmembers()}
+        wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
+        missing = [name for name in wanted if name not in members]
+        if missing:
+            raise DataError(f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz")
+
+        def read(name: str) -> bytes:
+            member = members[name]
+            # Members are read into memory, never extracted, so no path in the archive can write anywhere.
+            if not member.isfile() or member.size != CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
+                raise DataError(f"{archive}: member {name} is not a {CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH}-byte file; the archive is corrupt")
+            try:
+                return tar.extractfile(member).read()
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+                raise DataError(f"{archive}: cannot read {name} ({err}); the archive is corrupt (delete it and download again)") from None
+
+        train = [parse_cifar_batch(read(name), name) for name in CIFAR_TRAIN_MEMBERS]
+        test_images, test_labels = parse_cifar_batch(read(CIFAR_TEST_MEMBER), CIFAR_TEST_MEMBER)
+    return Dataset(
+        train_images=np.concatenate([images for images, _ in train]),
+        train_labels=np.concatenate([labels for _, labels in train]),
+        test_images=test_images,
+        test_labels=test_labels,
+        classes=CIFAR_CLASSES,
+        source={"archive": str(archive)},
+    )
+
+
+def download(url: str, dest: Path, timeout: float, retries: int) -> None:
+    """Download with resume (HTTP Range on a .part file), retries with backoff and a progress bar."""
+    from tqdm import tqdm
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    last_error: Exception | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(min(2**attempt, 30))
+            log.info("retrying download (%d of %d)", attempt, retries)
+        have = part.stat().st_size if part.exists() else 0
+        request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                resumed = have and getattr(response, "status", 200) == 206
+                if have and not resumed:
+                    have = 0  # server ignored the range: start over
+                length = response.headers.get("Content-Length")
+                total = have + int(length) if length else None
+                with open(part, "ab" if resumed else "wb") as handle, tqdm(
+                    total=total, initial=have, unit="B", unit_scale=True, desc=dest.name, mininterval=2.0
+                ) as bar:
+                    while chunk := response.read(1 << 16):
+                        handle.write(chunk)
+                        bar.update(len(chunk))
+            part.replace(dest)
+            return
+        except urllib.error.HTTPError as err:
+            last_error = err
+            if err.code == 416:  # asked past the end: the .part is complete or bad; start over
+                part.unlink(missing_ok=True)
+            elif 400 <= err.code < 500 and err.code != 429:
+                break
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            last_error = err
+            if any(text in str(getattr(err, "reason", err)) for text in NO_NETWORK_MESSAGES):
+                break  # no name resolution: no network, and retrying will not bring it
+    raise DataError(
+        f"cannot download {url} ({describe_error(last_error)}). Without network: place cifar-10-binary.tar.gz in "
+        f"{dest.parent}/, or set data.source: imagefolder (data.path: a folder or .zip with train/<class>/*, "
+        f"test/<class>/*) or data.source: synthetic in params.yaml"
+    )
+
+
+def describe_error(err: Exception | None) -> str:
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code} {err.reason}"
+    if isinstance(err, urllib.error.URLError):
+        return str(err.reason)
+    return str(err) if err else "unknown error"
+
+
+def cifar10(settings: dict) -> Dataset:
+    archive = Path(settings["path"]) if settings["path"] else DEFAULT_ARCHIVE
+    if not archive.exists():
+        if settings["path"]:
+            raise DataError(f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, or set it to null to download)")
+        log.info("downloading %s to %s", settings["url"], archive)
+        download(settings["url"], archive, settings["download_timeout_seconds"], settings["download_retries"])
+    md5 = fsutil.md5_file(archive)
+    if md5 != settings["md5"]:
+        if not settings["path"]:
+            archive.unlink()
+            raise DataError(f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; the file was removed, run again to download it anew")
+        raise DataError(f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; replace the file with the official cifar-10-binary.tar.gz")
+    dataset = read_cifar_archive(archive)
+    dataset.source.update({"url": settings["url"], "archive_md5": md5})
+    return dataset
+
+
+# ----------------------------------------------------------------------------- image folders
+
+
+def _split_class(name: str) -> tuple[str, str, str] | None:
+    """'train/cat/0001.png' -> ('train', 'cat', '0001.png'); None for anything else."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if len(parts) != 3 or parts[0] not in ("train", "test"):
+        return None
+    return parts[0], parts[1], parts[2]
+
+
+def _decode(raw: bytes, name: str) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            if image.size != IMAGE_SHAPE[:2]:
+                raise DataError(f"{name}: image is {image.size[0]}x{image.size[1]}, expected 32x32 (resize the images, or remove it)")
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise DataError(f"{name}: not a readable image ({err}); remove or replace it") from None
+
+
+def _entries(root: Path) -> list[tuple[str, str, str, callable]]:
+    """(split, class, file name, reader) for every image under train/ and test/ of a folder or zip."""
+    entries = []
+    if root.is_dir():
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            parsed = _split_class(rel)
+            if parsed and path.is_file() and not parsed[2].startswith("."):
+                entries.append((*parsed, path.read_bytes))
+        return entries
+    try:
+        archive = zipfile.ZipFile(root)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise DataError(f"data.path: {root} is neither a folder nor a readable .zip ({err})") from None
+    for info in sorted(archive.infolist(), key=lambda i: i.filename):
+        parsed = _split_class(info.filename)
+        if parsed and not info.is_dir() and not parsed[2].startswith("."):
+            entries.append((*parsed, lambda info=info: archive.read(info)))
+    return entries
+
+
+def imagefolder(settings: dict) -> Dataset:
+    if not settings["path"]:
+        raise DataError("data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)")
+    root = Path(settings["path"])
+    if not root.exists():
+        raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
+    entries = [e for e in _entries(root) if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
+    classes = {split: sorted({cls for s, cls, _, _ in entries if s == split}) for split in ("train", "test")}
+    if not classes["train"]:
+        raise DataError(f"{root}: no images under train/<class>/ (expected train/<class>/*.png|jpg and test/<class>/*)")
+    if not classes["test"]:
+        raise DataError(f"{root}: no images under test/<class>/ (a test split is required)")
+    if classes["train"] != classes["test"]:
+        raise DataError(f"{root}: train classes {classes['train']} differ from test classes {classes['test']}")
+    index = {cls: i for i, cls in enumerate(classes["train"])}
+    arrays = {}
+    for split in ("train", "test"):
+        chosen = [e for e in entries if e[0] == split]
+        images = np.empty((len(chosen), *IMAGE_SHAPE), dtype=np.uint8)
+        labels = np.empty(len(chosen), dtype=np.int64)
+        for i, (_, cls, name, read) in enumerate(chosen):
+            images[i] = _decode(read(), f"{root}:{split}/{cls}/{name}")
+            labels[i] = index[cls]
+        arrays[split] = (images, labels)
+    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source={"path": str(root)})
+
+
+# ----------------------------------------------------------------------------- synthetic
+
+
+def synthetic(settings: dict, train_size: int = 5000, test_size: int = 1000, num_classes: int = 10) -> Dataset:
+    """Deterministic, class-separable CIFAR-shaped images: a smooth colour template per class plus noise.
+
+    For offline smoke runs only; everything made from it is labelled synthetic.
+    """
+    rng = np.random.default_rng(12345)
+    coarse = rng.uniform(0, 255, size=(num_classes, 4, 4, 3))
+    templates = coarse.repeat(8, axis=1).repeat(8, axis=2)  # (classes, 32, 32, 3)
+
+    def split(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        split_rng = np.random.default_rng(seed)
+        labels = np.arange(count, dtype=np.int64) % num_classes
+        split_rng.shuffle(labels)
+        noise = split_rng.normal(0, 48, size=(count, *IMAGE_SHAPE))
+        images = np.clip(templates[labels] * 0.7 + 40 + noise, 0, 255).astype(np.uint8)
+        return images, labels
+
+    return Dataset(
+        *split(settings["train_size"] or train_size, 1),
+        *split(settings["test_size"] or test_size, 2),
+        classes=tuple(f"class{i}" for i in range(num_classes)),
+        source={"generator": "gpuscale.data.synthetic", "generator_version": 1},
+    )
+
+
+# ----------------------------------------------------------------------------- subsets and output
+
+
+def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Indices of `size` items with the classes as evenly represented as `size` allows; sorted."""
+    if size >= len(labels):
+        return np.arange(len(labels))
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    per_class = np.full(len(classes), size // len(classes))
+    per_class[: size % len(classes)] += 1
+    if np.any(per_class > counts):
+        raise DataError(f"a stratified subset of {size} needs {per_class.max()} images of every class; some class has fewer (lower data.train_size / data.test_size)")
+    chosen = [rng.choice(np.flatnonzero(labels == cls), take, replace=False) for cls, take in zip(classes, per_class)]
+    return np.sort(np.concatenate(chosen))
+
+
+SOURCES = {"cifar10": cifar10, "imagefolder": imagefolder, "synthetic": synthetic}
+
+
+def prepare(settings: dict, out_dir: Path | str) -> dict:
+    """Build the prepared dataset under out_dir (atomically) from data.* settings; return the manifest."""
+    dataset = SOURCES[settings["source"]](settings)
+    splits = {}
+    for split, size in (("train", settings["train_size"]), ("test", settings["test_size"])):
+        images, labels = getattr(dataset, f"{split}_images"), getattr(dataset, f"{split}_labels")
+        if size is not None and settings["source"] != "synthetic":
+            keep = stratified_subset(labels, size, settings["subset_seed"])
+            images, labels = images[keep], labels[keep]
+        splits[split] = (np.ascontiguousarray(images), labels.astype(np.int64))
+    with fsutil.atomic_directory(out_dir) as tmp:
+        files = {}
+        for split, (images, labels) in splits.items():
+            for name, array in ((f"{split}_images.npy", images), (f"{split}_labels.npy", labels)):
+                np.save(tmp / name, array, allow_pickle=False)
+                files[name] = {"sha256": fsutil.sha256_file(tmp / name), "shape": list(array.shape), "dtype": str(array.dtype)}
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "source": settings["source"],
+            "synthetic": settings["source"] == "synthetic",
+            "origin": dataset.source,
+            "classes": list(dataset.classes),
+            "counts": {
+                split: {
+                    "total": int(len(labels)),
+                    "per_class": {dataset.classes[c]: int(n) for c, n in zip(*np.unique(labels, return_counts=True))},
+                }
+                for split, (_, labels) in splits.items()
+            },
+            "subset": {"train_size": settings["train_size"], "test_size": settings["test_size"], "seed": settings["subset_seed"]},
+            "files": files,
+        }
+        fsutil.write_json(tmp / "manifest.json", manifest)
+    log.info("prepared %s: %d train / %d test images, %d classes -> %s", settings["source"],
+             len(splits["train"][1]), len(splits["test"][1]), len(dataset.classes), out_dir)
+    return manifest
+
+
+def load_prepared(directory: Path | str, verify: bool = True) -> tuple[Dataset, dict, str]:
+    """Open a prepared dataset memory-mapped; with verify, check every array against the manifest.
+
+    Returns (dataset, manifest, manifest sha256).
+    """
+    directory = Path(directory)
+    manifest_path = directory / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(f"{manifest_path}: missing or unreadable ({err}); run the data stage (gpuscale data)") from None
+    if verify:
+        for name in ARRAY_FILES:
+            expected = manifest["files"][name]["sha256"]
+            path = directory / name
+            if not path.exists() or fsutil.sha256_file(path) != expected:
+                raise DataError(f"{path}: does not match its manifest (changed after preparation); run the data stage again (gpuscale data)")
+    arrays = {name: np.load(directory / name, mmap_mode="r", allow_pickle=False) for name in ARRAY_FILES}
+    dataset = Dataset(
+        arrays["train_images.npy"], arrays["train_labels.npy"], arrays["test_images.npy"], arrays["test_labels.npy"],
+        classes=tuple(manifest["classes"]), source=manifest["origin"],
+    )
+    return dataset, manifest, fsutil.sha256_file(manifest_path)

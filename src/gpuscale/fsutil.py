@@ -1,0 +1,83 @@
+"""Atomic writes: an interrupted stage leaves nothing that looks finished."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success move it into place in one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.partial", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    tmp_path.chmod(0o666 & ~_umask())  # mkstemp makes 0600; finished files get the usual mode
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text(path: Path | str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def write_json(path: Path | str, value: Any) -> None:
+    write_text(path, json.dumps(value, indent=2, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `path`; on success it replaces `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    tmp.chmod(0o777 & ~_umask())
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def md5_file(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,50 @@
+"""The model registry: names, what each is, and how to build it for 10 classes.
+
+Torch-free at import (the Snakefile and params validation read the names); building imports torch.
+Adding a model is one entry in MODELS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    family: str
+    build: Callable[[int], "object"]  # num_classes -> torch.nn.Module
+
+
+def _torchvision(arch: str, cifar_stem: bool) -> Callable[[int], object]:
+    def build(num_classes: int):
+        from gpuscale import nets
+
+        return nets.torchvision_resnet(arch, num_classes, cifar_stem=cifar_stem)
+
+    return build
+
+
+def _simplecnn(num_classes: int):
+    from gpuscale import nets
+
+    return nets.SimpleCNN(num_classes)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in [
+        ModelSpec("simplecnn", "3 conv + 2 fully connected layers (the paper's small CNN)", "cnn", _simplecnn),
+        ModelSpec("resnet18", "torchvision resnet18, ImageNet stem (7x7/2 conv + max-pool)", "resnet", _torchvision("resnet18", False)),
+        ModelSpec("resnet50", "torchvision resnet50, ImageNet stem (7x7/2 conv + max-pool)", "resnet", _torchvision("resnet50", False)),
+        ModelSpec("resnet18_cifar", "resnet18 with a CIFAR stem (3x3/1 conv, no max-pool)", "resnet", _torchvision("resnet18", True)),
+        ModelSpec("resnet50_cifar", "resnet50 with a CIFAR stem (3x3/1 conv, no max-pool)", "resnet", _torchvision("resnet50", True)),
+    ]
+}
+MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+
+
+def build(name: str, num_classes: int = 10):
+    return MODELS[name].build(num_classes)

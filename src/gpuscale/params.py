@@ -1,0 +1,178 @@
+"""params.yaml: loading, overlays, validation and the settings of one run.
+
+One file configures Snakemake and DVC alike. Every stage command calls `load()` first, so a bad
+file is refused with one line (the key path, what is allowed) before any work starts, whichever
+tool launched the stage. Torch-free: the Snakefile imports this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuscale.models import MODEL_NAMES
+
+DEFAULT_PARAMS = Path("params.yaml")
+DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps)$")
+
+
+class ParamsError(ValueError):
+    """A params file that cannot be used; str() is the one line shown to the user."""
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    text = resources.files("gpuscale").joinpath("schemas/params.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Overlay onto base the way Snakemake merges --configfile: dicts recursively, the rest replaced."""
+    merged = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: file not found (pass --params with an existing params file)") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise ParamsError(f"{path}:{where}: YAML syntax error: {problem} (fix the YAML syntax)") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: top level must be a mapping of keys (study, data, train, models)")
+    return data
+
+
+def load(paths: list[Path] | tuple[Path, ...] = (DEFAULT_PARAMS,)) -> dict:
+    """Read params.yaml and any overlays (later files win), validate, return the merged config."""
+    config: dict = {}
+    for path in paths:
+        config = deep_merge(config, read_yaml(path))
+    validate(config, source=", ".join(str(p) for p in paths))
+    return config
+
+
+def _key_path(parts) -> str:
+    return ".".join(str(p) for p in parts) or "(top level)"
+
+
+def _describe(error) -> str:
+    """Turn a jsonschema error into 'key.path: what is wrong (what is allowed)'."""
+    path = list(error.absolute_path)
+    validator = error.validator
+    sub = error.schema if isinstance(error.schema, dict) else {}
+    if validator == "additionalProperties":
+        allowed = sorted(sub.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        key = extra[0] if extra else "?"
+        return f"{_key_path(path + [key])}: unknown key (allowed here: {', '.join(allowed)})"
+    if validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", error.message)
+        name = missing[0] if missing else "?"
+        return f"{_key_path(path + [name])}: missing required key (add it; see params.yaml for the default)"
+    if validator == "enum":
+        return f"{_key_path(path)}: {error.instance!r} is not allowed (allowed: {', '.join(map(str, sub['enum']))})"
+    if validator == "type":
+        wanted = error.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        return f"{_key_path(path)}: {error.instance!r} has the wrong type (allowed: {wanted})"
+    if validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        words = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+        return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {words[validator]} {error.validator_value})"
+    if validator == "pattern":
+        hint = sub.get("description") or f"matching {error.validator_value}"
+        return f"{_key_path(path)}: {error.instance!r} is malformed (allowed: {hint})"
+    if validator == "uniqueItems":
+        return f"{_key_path(path)}: entries must be unique (remove the repeated entry)"
+    if validator in ("minItems", "maxItems"):
+        return f"{_key_path(path)}: {error.message} (allowed: {validator} {error.validator_value})"
+    if validator in ("oneOf", "anyOf", "allOf") and error.context:
+        return _describe(min(error.context, key=lambda e: len(list(e.absolute_path))))
+    return f"{_key_path(path)}: {error.message}"
+
+
+def validate(config: dict, source: str = "params.yaml") -> None:
+    """Raise ParamsError naming the first bad key. jsonschema is optional on bare GPU hosts."""
+    try:
+        import jsonschema
+    except ImportError:  # bare GPU host: the workflow host validated the same file already
+        errors = []
+    else:
+        validator_cls = jsonschema.validators.validator_for(schema())
+        errors = list(validator_cls(schema()).iter_errors(config))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        raise ParamsError(f"{source}: {_describe(error)}")
+    for index, name in enumerate(config["study"]["models"]):
+        if name not in MODEL_NAMES:
+            raise ParamsError(
+                f"{source}: study.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
+            )
+    for name in config.get("models") or {}:
+        if name not in MODEL_NAMES:
+            raise ParamsError(
+                f"{source}: models.{name}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
+            )
+    for index, device in enumerate(config["study"]["devices"]):
+        if not DEVICE_PATTERN.match(device):
+            raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps)")
+
+
+def train_settings(config: dict, model: str) -> dict:
+    """The train.* settings of one model: train.* with models.<model>.* replacing whole keys."""
+    settings = copy.deepcopy(config["train"])
+    for key, value in ((config.get("models") or {}).get(model) or {}).items():
+        settings[key] = copy.deepcopy(value)
+    return settings
+
+
+def run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> dict:
+    """Everything that shapes one run's result; the record keeps it, Snakemake reruns on its change."""
+    return {
+        "model": model,
+        "device": device,
+        "variant": variant,
+        "seed": seed,
+        "on_missing_device": config["study"]["on_missing_device"],
+        "train": train_settings(config, model),
+    }
+
+
+def run_keys(config: dict) -> list[dict]:
+    """Every (model, device, variant, seed) the study asks for, in a stable order."""
+    study = config["study"]
+    return [
+        {"model": m, "device": d, "variant": v, "seed": s}
+        for m in study["models"]
+        for d in study["devices"]
+        for v in study["variants"]
+        for s in study["seeds"]
+    ]
+
+
+def record_path(model: str, device: str, variant: str, seed: int, root: str = "results/runs") -> str:
+    return f"{root}/{model}/{device}/{variant}-seed{seed}.json"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

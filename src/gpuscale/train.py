@@ -1,0 +1,322 @@
+"""The training stage: one (model, device, variant, seed) trained with the protocol from params,
+timed, and written as a run record.
+
+Needs torch, torchvision, numpy, pillow and pyyaml only, so it runs on a bare GPU box.
+Timing: the device is synchronised before every clock read; an epoch's time covers loading,
+host-to-device copies, forward, backward and the optimizer step, and nothing else (evaluation is
+timed apart, after the clock stops).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from gpuscale import data as data_stage
+from gpuscale import envinfo, nets, record
+from gpuscale.models import MODELS
+
+log = logging.getLogger("gpuscale.train")
+
+
+class TrainError(RuntimeError):
+    """A run that cannot be made; str() says the cause and the fix."""
+
+
+def torch_device(slug: str) -> torch.device:
+    """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device."""
+    if slug.startswith("cuda-"):
+        return torch.device("cuda", int(slug.split("-", 1)[1]))
+    return torch.device(slug)
+
+
+def device_unavailable_reason(device: torch.device) -> str | None:
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "no CUDA GPU on this host (torch.cuda.is_available() is False)"
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            return f"this host has {torch.cuda.device_count()} CUDA GPU(s); cuda-{index} does not exist"
+    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        return "no Apple MPS device on this host"
+    return None
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class ArrayImages(torch.utils.data.Dataset):
+    """uint8 NHWC images handed out as PIL images through per-sample transforms, as torchvision's CIFAR10 does."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform):
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        return self.transform(Image.fromarray(np.asarray(self.images[index]))), int(self.labels[index])
+
+
+def paper_transforms(settings: dict):
+    from torchvision import transforms as T
+
+    normalize = T.Normalize(settings["normalize"]["mean"], settings["normalize"]["std"])
+    augment = []
+    if settings["augment"]["random_crop_padding"]:
+        augment.append(T.RandomCrop(32, padding=settings["augment"]["random_crop_padding"]))
+    if settings["augment"]["horizontal_flip"]:
+        augment.append(T.RandomHorizontalFlip())
+    return T.Compose([*augment, T.ToTensor(), normalize]), T.Compose([T.ToTensor(), normalize])
+
+
+def _seed_worker(worker_id: int) -> None:
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def make_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int):
+    train_tf, test_tf = paper_transforms(settings)
+    loader = settings["loader"]
+    common = {
+        "num_workers": loader["num_workers"],
+        "pin_memory": loader["pin_memory"] and device.type == "cuda",
+        "persistent_workers": loader["persistent_workers"] and loader["num_workers"] > 0,
+        "worker_init_fn": _seed_worker,
+    }
+    generator = torch.Generator().manual_seed(seed)
+    train = DataLoader(ArrayImages(dataset.train_images, dataset.train_labels, train_tf),
+                       batch_size=settings["batch_size"], shuffle=True, generator=generator, **common)
+    test = DataLoader(ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
+                      batch_size=settings["eval_batch_size"], shuffle=False, **common)
+    return train, test
+
+
+def make_optimizer(model: nn.Module, settings: dict):
+    spec = settings["optimizer"]
+    if spec["name"] == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], momentum=0.9)
+    sched = settings["scheduler"]
+    scheduler = (torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched["step_size"], gamma=sched["gamma"])
+                 if sched["name"] == "steplr" else None)
+    return optimizer, scheduler
+
+
+def set_determinism(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, criterion) -> tuple[float, float]:
+    model.eval()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    count = 0
+    with torch.no_grad():
+        for images, labels in loader:
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            outputs = model(images)
+            loss_sum += criterion(outputs, labels) * labels.numel()
+            correct += (outputs.argmax(1) == labels).sum()
+            count += labels.numel()
+    return loss_sum.item() / count, correct.item() / count
+
+
+def train_epoch(model, loader, device, criterion, optimizer, progress) -> dict:
+    """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync."""
+    model.train()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    images_seen = 0
+    steps = 0
+    synchronize(device)
+    start = time.perf_counter()
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        outputs = model(images)
+        loss = criterion(outputs, labels)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * labels.numel()
+        correct += (outputs.detach().argmax(1) == labels).sum()
+        images_seen += labels.numel()
+        steps += 1
+        progress(steps, images_seen, loss_sum, start)
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return {
+        "train_seconds": seconds,
+        "train_images": images_seen,
+        "steps": steps,
+        "images_per_second": images_seen / seconds if seconds > 0 else 0.0,
+        "train_loss": loss_sum.item() / max(images_seen, 1),
+        "train_accuracy": correct.item() / max(images_seen, 1),
+    }
+
+
+def model_info(name: str, model: nn.Module) -> dict:
+    return {
+        "name": name,
+        "description": MODELS[name].description,
+        "parameters": nets.parameter_count(model),
+        **nets.flops_per_image(model),
+    }
+
+
+def summarize_timing(epochs: list[dict], setup_seconds: float, wall_seconds: float, clock: str) -> dict:
+    train_seconds = [e["train_seconds"] for e in epochs]
+    steady = train_seconds[1:]
+    images = sum(e["train_images"] for e in epochs)
+    steady_images = sum(e["train_images"] for e in epochs[1:])
+    total = sum(train_seconds)
+    return {
+        "clock": clock,
+        "total_train_seconds": total,
+        "warmup_epoch_seconds": train_seconds[0],
+        "steady_epoch_seconds_mean": statistics.fmean(steady) if steady else None,
+        "steady_epoch_seconds_median": statistics.median(steady) if steady else None,
+        "total_eval_seconds": sum(e["eval_seconds"] for e in epochs),
+        "train_images_per_second": images / total if total > 0 else 0.0,
+        "steady_images_per_second": steady_images / sum(steady) if steady and sum(steady) > 0 else None,
+        "setup_seconds": setup_seconds,
+        "wall_seconds": wall_seconds,
+        "extrapolated": False,
+    }
+
+
+def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None) -> dict:
+    """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`."""
+    wall_start = time.perf_counter()
+    started_at = now_iso()
+    train_settings = settings["train"]
+    threads = threads or train_settings["cpu_threads"] or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    device = torch_device(settings["device"])
+    set_determinism(settings["seed"], train_settings["deterministic"])
+
+    dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
+    model = MODELS[settings["model"]].build(len(dataset.classes))
+    base = {
+        "schema_version": record.SCHEMA_VERSION,
+        "kind": record.KIND,
+        "key": {k: settings[k] for k in ("model", "device", "variant", "seed")},
+        "label": label,
+        "settings": settings,
+        "model": model_info(settings["model"], model),
+        "data": {
+            "source": manifest["source"],
+            "synthetic": manifest["synthetic"],
+            "manifest_sha256": manifest_sha256,
+            "train_images": manifest["counts"]["train"]["total"],
+            "test_images": manifest["counts"]["test"]["total"],
+            "classes": manifest["classes"],
+        },
+        "process": {"pid": os.getpid(), "argv": sys.argv, "resumed": False},
+    }
+    if manifest["synthetic"]:
+        log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
+
+    reason = device_unavailable_reason(device)
+    if reason:
+        if settings["on_missing_device"] == "error":
+            raise TrainError(f"device {settings['device']}: {reason} (study.on_missing_device: error; set it to record to get a 'not measured' record instead)")
+        log.warning("device %s not measured: %s", settings["device"], reason)
+        result = {**base, "status": "not_measured", "not_measured_reason": reason,
+                  "environment": envinfo.capture(torch.device("cpu")), "timing": None, "epochs": [],
+                  "quality": None, "started_at": started_at, "finished_at": now_iso()}
+        record.write(out, result)
+        return result
+
+    model = model.to(device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer, scheduler = make_optimizer(model, train_settings)
+    train_loader, test_loader = make_loaders(dataset, train_settings, device, settings["seed"])
+    environment = envinfo.capture(device)
+    tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
+    log.info("%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
+             tag, base["model"]["parameters"], base["model"]["train_flops_per_image"] / 1e9, threads,
+             environment["gpu"]["name"] if environment["gpu"] else environment["cpu_model"])
+    epochs_total = train_settings["epochs"]
+    steps_per_epoch = len(train_loader)
+    every = train_settings["log_every_steps"]
+
+    epochs: list[dict] = []
+    setup_seconds = time.perf_counter() - wall_start
+    for epoch in range(1, epochs_total + 1):
+        def progress(step, images_seen, loss_sum, start, epoch=epoch):
+            if step % every == 0 or step == steps_per_epoch:
+                loss = loss_sum.item() / images_seen  # syncs, so only every `every` steps
+                rate = images_seen / (time.perf_counter() - start)
+                log.info("%s epoch %d/%d step %d/%d loss %.4f %.0f img/s", tag, epoch, epochs_total,
+                         step, steps_per_epoch, loss, rate)
+
+        learning_rate = optimizer.param_groups[0]["lr"]
+        try:
+            stats = train_epoch(model, train_loader, device, criterion, optimizer, progress)
+        except torch.OutOfMemoryError:
+            raise TrainError(f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
+                             f"lower train.batch_size or models.{settings['model']}.batch_size") from None
+        if scheduler is not None:
+            scheduler.step()
+        synchronize(device)
+        eval_start = time.perf_counter()
+        test_loss, test_accuracy = evaluate(model, test_loader, device, criterion)
+        synchronize(device)
+        eval_seconds = time.perf_counter() - eval_start
+        epochs.append({"epoch": epoch, "warmup": epoch == 1, **stats, "eval_seconds": eval_seconds,
+                       "test_loss": test_loss, "test_accuracy": test_accuracy, "learning_rate": learning_rate})
+        log.info("%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
+                 tag, epoch, epochs_total, stats["train_seconds"], stats["images_per_second"], stats["train_loss"],
+                 100 * test_accuracy, eval_seconds)
+
+    clock = "perf_counter after torch.cuda.synchronize" if device.type == "cuda" else "perf_counter"
+    result = {
+        **base,
+        "status": "measured",
+        "not_measured_reason": None,
+        "environment": environment,
+        "timing": summarize_timing(epochs, setup_seconds, time.perf_counter() - wall_start, clock),
+        "epochs": epochs,
+        "quality": {
+            "final_test_accuracy": epochs[-1]["test_accuracy"],
+            "final_test_loss": epochs[-1]["test_loss"],
+            "best_test_accuracy": max(e["test_accuracy"] for e in epochs),
+        },
+        "started_at": started_at,
+        "finished_at": now_iso(),
+    }
+    record.write(out, result)
+    log.info("%s %.2f s training in %d epochs -> %s", tag, result["timing"]["total_train_seconds"], epochs_total, out)
+    return result
