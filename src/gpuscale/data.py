@@ -84,8 +84,8 @@ def read_cifar_archive(archive: Path) -> Dataset:
         def read(name: str) -> bytes:
             member = members[name]
             # Members are read into memory, never extracted, so no path in the archive can write anywhere.
-            if not member.isfile() or member.size != CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
-                raise DataError(f"{archive}: member {name} is not a {CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH}-byte file; the archive is corrupt")
+            if not member.isfile() or not 0 < member.size <= CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
+                raise DataError(f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; the archive is corrupt")
             try:
                 return tar.extractfile(member).read()
             except (tarfile.TarError, OSError, EOFError, zlib.error) as err:

@@ -1,0 +1,31 @@
+# The two commands of README.md: `make reproduce` (set up, then run the study) and `make test`.
+# Both create .venv and install the project on first use; nothing else needs installing by hand.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Overlay params files for the main job, e.g. CONFIGS="config/quick.yaml config/cifar10-jpeg.yaml"
+CONFIGS ?=
+CORES ?= 4
+
+.PHONY: install reproduce quick test browser clean-results
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+reproduce: install
+	source $(BIN)/activate && snakemake --cores $(CORES) $(if $(strip $(CONFIGS)),--configfile $(CONFIGS))
+
+quick: install
+	source $(BIN)/activate && snakemake --cores $(CORES) --configfile config/quick.yaml $(CONFIGS)
+
+test: install
+	source $(BIN)/activate && pytest -q $(PYTEST_ARGS)
+
+clean-results:
+	rm -rf results logs reports/*.html data/prepared .snakemake

@@ -1,0 +1,100 @@
+"""Shared fixtures. Tests build their own tiny data and never touch the network."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def tool_env() -> dict:
+    """The environment for the real tools: this venv's bin first, no stray DVC/Snakemake settings."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run(argv, cwd, check=True, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, env=tool_env(), text=True, capture_output=True, **kwargs)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{argv} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return done
+
+
+def project_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if line and ((REPO / line).exists() or (REPO / line).is_symlink())]
+
+
+def copy_project(dest: Path, git: bool = False) -> Path:
+    """A copy of the project as a clone would have it (tracked and unignored files), optionally a git repo."""
+    for name in project_files():
+        src, dst = REPO / name, dest / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    if git:
+        for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                     ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+            subprocess.run(argv, cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+def write_yaml(path: Path, value: dict) -> Path:
+    path.write_text(yaml.safe_dump(value, sort_keys=False))
+    return path
+
+
+TINY = {
+    "study": {"models": ["simplecnn"], "devices": ["cpu"], "label": "test run"},
+    "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
+    "train": {"epochs": 2, "batch_size": 32, "eval_batch_size": 64, "log_every_steps": 2,
+              "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False}},
+}
+
+
+@pytest.fixture
+def tiny_overlay(tmp_path) -> Path:
+    return write_yaml(tmp_path / "tiny.yaml", TINY)
+
+
+@pytest.fixture
+def base_params() -> dict:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def cifar_archive(path: Path, per_batch: int = 20, seed: int = 0) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A CIFAR-10 binary archive in the official layout with `per_batch` records per batch file.
+
+    Returns the path and the train images/labels it holds, so tests can check the parse.
+    """
+    rng = np.random.default_rng(seed)
+    all_images, all_labels = [], []
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+            labels = (np.arange(per_batch) % 10).astype(np.uint8)
+            planes = rng.integers(0, 256, size=(per_batch, 3, 32, 32), dtype=np.uint8)
+            raw = np.concatenate([labels[:, None], planes.reshape(per_batch, -1)], axis=1).tobytes()
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+            if name != "test_batch.bin":
+                all_images.append(planes.transpose(0, 2, 3, 1))
+                all_labels.append(labels.astype(np.int64))
+    return path, np.concatenate(all_images), np.concatenate(all_labels)

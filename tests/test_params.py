@@ -1,0 +1,111 @@
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO, write_yaml
+from gpuscale import params
+from gpuscale.params import ParamsError
+
+
+def test_default_params_are_the_papers_protocol(base_params):
+    params.validate(base_params)
+    assert base_params["study"]["models"] == ["simplecnn", "resnet18", "resnet50"]
+    assert base_params["study"]["devices"] == ["cpu", "cuda"]
+    train = base_params["train"]
+    assert (train["epochs"], train["batch_size"]) == (10, 128)
+    assert train["optimizer"] == {"name": "adam", "lr": 0.001, "weight_decay": 0.0}
+    assert train["scheduler"] == {"name": "steplr", "step_size": 5, "gamma": 0.1}
+    assert train["augment"] == {"random_crop_padding": 4, "horizontal_flip": True}
+
+
+def test_quick_preset_overlays_to_a_cpu_subset():
+    config = params.load([REPO / "params.yaml", REPO / "config/quick.yaml"])
+    assert config["study"]["devices"] == ["cpu"]
+    assert config["train"]["epochs"] <= 2
+    assert config["data"]["train_size"] and config["data"]["train_size"] < 50_000
+    assert config["train"]["batch_size"] == 128  # untouched keys come from params.yaml
+
+
+def test_per_model_override_replaces_only_that_models_key(base_params):
+    config = copy.deepcopy(base_params)
+    config["models"]["resnet50"] = {"batch_size": 64}
+    assert params.train_settings(config, "resnet50")["batch_size"] == 64
+    assert params.train_settings(config, "resnet18")["batch_size"] == 128
+    assert params.run_settings(config, "resnet18", "cpu", "paper", 0) == params.run_settings(base_params, "resnet18", "cpu", "paper", 0)
+
+
+def _set(config, dotted, value):
+    *parents, last = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node[part]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+
+
+DELETE = object()
+BAD = [
+    # (key path, value, text the one-line error must contain)
+    ("study.models", ["resnet19"], "study.models.0: unknown model 'resnet19'"),
+    ("study.devices", ["gpu"], "study.devices.0"),
+    ("study.devices", ["cuda:1"], "cuda-N"),
+    ("train.epochs", -1, "train.epochs: -1 is out of range"),
+    ("train.epochs", 2.5, "train.epochs: 2.5 has the wrong type"),
+    ("train.epochs", "ten", "train.epochs"),
+    ("train.epochz", 10, "train.epochz: unknown key"),
+    ("train.optimizer.name", "adamw", "train.optimizer.name: 'adamw' is not allowed (allowed: adam, sgd)"),
+    ("train.optimizer.lr", 0, "train.optimizer.lr"),
+    ("train.batch_size", DELETE, "train.batch_size: missing required key"),
+    ("data.source", "imagenet", "data.source: 'imagenet' is not allowed"),
+    ("data.train_size", 5, "data.train_size: 5 is out of range"),
+    ("study.on_missing_device", "skip", "study.on_missing_device"),
+    ("models.resnet99", {}, "models.resnet99: unknown model"),
+    ("models.resnet18", {"batch_sise": 64}, "models.resnet18.batch_sise: unknown key"),
+    ("study.seeds", [0, 0], "study.seeds: entries must be unique"),
+]
+
+
+@pytest.mark.parametrize("key, value, expected", BAD, ids=[b[0] + "=" + repr(b[1]) for b in BAD])
+def test_bad_params_rejected_in_one_line_naming_the_key(base_params, key, value, expected):
+    config = copy.deepcopy(base_params)
+    _set(config, key, value)
+    with pytest.raises(ParamsError) as err:
+        params.validate(config)
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("study:\n  models: [simplecnn\n")
+    with pytest.raises(ParamsError, match=r"line \d+.*YAML syntax"):
+        params.load([bad])
+
+
+def test_cli_refuses_bad_params_with_one_line_and_exit_2(tmp_path, base_params):
+    config = copy.deepcopy(base_params)
+    config["train"]["epochs"] = 0
+    path = write_yaml(tmp_path / "bad.yaml", config)
+    done = subprocess.run([sys.executable, "-m", "gpuscale", "validate", "--params", str(path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "train.epochs: 0 is out of range (allowed: >= 1)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_schema_shipped_with_workflow_is_the_package_schema():
+    workflow_schema = yaml.safe_load((REPO / "workflow/schemas/params.schema.yaml").read_text())
+    assert workflow_schema == params.schema()
+
+
+def test_run_keys_cover_the_study_matrix(base_params):
+    keys = params.run_keys(base_params)
+    assert len(keys) == 3 * 2 * 1 * 1
+    assert {"model": "resnet50", "device": "cuda", "variant": "paper", "seed": 0} in keys

@@ -1,0 +1,109 @@
+import json
+
+import pytest
+
+from conftest import REPO
+from gpuscale import data, params, record, train
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prepared")
+    data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
+                  "train_size": 200, "test_size": 50, "subset_seed": 0, "download_timeout_seconds": 1,
+                  "download_retries": 0}, out)
+    return out
+
+
+def tiny_settings(device="cpu", epochs=2, on_missing="record", deterministic=False):
+    config = params.load([REPO / "params.yaml"])
+    config["study"]["on_missing_device"] = on_missing
+    config["train"].update(epochs=epochs, batch_size=32, eval_batch_size=64, log_every_steps=2,
+                           deterministic=deterministic,
+                           loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+    return params.run_settings(config, "simplecnn", device, "paper", 0)
+
+
+def test_tiny_run_writes_a_valid_record(prepared, tmp_path, caplog):
+    out = tmp_path / "run.json"
+    caplog.set_level("INFO")
+    train.run(tiny_settings(), prepared, out, threads=1, label="tiny")
+    rec = record.load(out)
+    assert rec["status"] == "measured"
+    assert rec["key"] == {"model": "simplecnn", "device": "cpu", "variant": "paper", "seed": 0}
+    assert rec["environment"]["torch_threads"] == 1
+    assert rec["data"]["synthetic"] is True and rec["data"]["train_images"] == 200
+    assert [e["epoch"] for e in rec["epochs"]] == [1, 2]
+    assert [e["warmup"] for e in rec["epochs"]] == [True, False]
+    assert all(e["train_images"] == 200 and e["steps"] == 7 for e in rec["epochs"])
+    timing = rec["timing"]
+    assert timing["total_train_seconds"] == pytest.approx(sum(e["train_seconds"] for e in rec["epochs"]))
+    assert timing["warmup_epoch_seconds"] == rec["epochs"][0]["train_seconds"]
+    assert timing["steady_epoch_seconds_mean"] == rec["epochs"][1]["train_seconds"]
+    assert timing["total_eval_seconds"] > 0 and timing["extrapolated"] is False
+    assert rec["quality"]["final_test_accuracy"] == rec["epochs"][-1]["test_accuracy"]
+    assert rec["model"]["parameters"] == 554_474
+    assert rec["settings"]["train"]["epochs"] == 2
+    assert any("step 2/7" in m for m in caplog.messages)  # progress is logged while it runs
+
+
+def test_learning_rate_follows_steplr(prepared, tmp_path):
+    settings = tiny_settings(epochs=3)
+    settings["train"]["scheduler"] = {"name": "steplr", "step_size": 2, "gamma": 0.5}
+    train.run(settings, prepared, tmp_path / "r.json", threads=1)
+    rates = [e["learning_rate"] for e in record.load(tmp_path / "r.json")["epochs"]]
+    assert rates == pytest.approx([1e-3, 1e-3, 5e-4])
+
+
+def test_missing_gpu_gives_not_measured_record_never_a_timing(prepared, tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    out = tmp_path / "cuda.json"
+    train.run(tiny_settings(device="cuda"), prepared, out, threads=1)
+    rec = record.load(out)
+    assert rec["status"] == "not_measured"
+    assert "no CUDA GPU" in rec["not_measured_reason"]
+    assert rec["timing"] is None and rec["epochs"] == [] and rec["quality"] is None
+
+
+def test_missing_gpu_in_strict_mode_is_an_error_and_writes_nothing(prepared, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    out = tmp_path / "cuda.json"
+    with pytest.raises(train.TrainError, match="on_missing_device"):
+        train.run(tiny_settings(device="cuda-3", on_missing="error"), prepared, out, threads=1)
+    assert not out.exists()
+    assert not list(tmp_path.iterdir())
+
+
+def test_same_seed_deterministic_mode_gives_identical_losses(prepared, tmp_path):
+    runs = []
+    for name in ("a.json", "b.json"):
+        train.run(tiny_settings(deterministic=True), prepared, tmp_path / name, threads=1)
+        runs.append(record.load(tmp_path / name)["epochs"])
+    assert [e["train_loss"] for e in runs[0]] == [e["train_loss"] for e in runs[1]]
+    assert [e["test_accuracy"] for e in runs[0]] == [e["test_accuracy"] for e in runs[1]]
+
+
+def test_record_schema_rejects_a_not_measured_record_with_a_timing(prepared, tmp_path):
+    out = tmp_path / "cuda.json"
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    train.run(tiny_settings(device="cuda"), prepared, out, threads=1)
+    forged = json.loads(out.read_text())
+    forged["timing"] = {"total_train_seconds": 1.0}
+    out.write_text(json.dumps(forged))
+    with pytest.raises(record.RecordError, match=str(out)):
+        record.load(out)
+
+
+def test_device_slugs():
+    assert str(train.torch_device("cuda-2")) == "cuda:2"
+    assert str(train.torch_device("cpu")) == "cpu"

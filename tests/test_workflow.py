@@ -1,0 +1,176 @@
+"""End to end: the real Snakemake and DVC on a copy of the project, with tiny synthetic data."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO, TINY, copy_project, run, write_yaml
+from gpuscale import params, record
+
+pytestmark = pytest.mark.e2e
+
+
+def tiny_params(**study) -> dict:
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    merged = params.deep_merge(base, TINY)
+    merged["study"].update(study)
+    return merged
+
+
+def commit(repo, message="params"):
+    run(["git", "add", "-A"], repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], repo)
+
+
+def records(repo) -> dict:
+    return {tuple(p.relative_to(repo / "results/runs").parts): record.load(p)
+            for p in sorted((repo / "results/runs").rglob("*.json"))}
+
+
+def dvc_status(repo) -> dict:
+    return json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")
+
+
+def normalise(cmd: str) -> list[str]:
+    """A stage command as words, without what only Snakemake passes (--threads, from the job's cores)."""
+    words = shlex.split(cmd)
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--threads":
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+def snakemake_jobs(repo) -> dict:
+    """output -> (rule, inputs, command) from Snakemake's detailed summary of what ran."""
+    summary = run(["snakemake", "--detailed-summary", "--cores", "1"], repo).stdout
+    lines = [l for l in summary.splitlines() if "\t" in l]
+    header = lines[0].split("\t")
+    jobs = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("\t")))
+        inputs = {i for i in row["input-file(s)"].split(",") if i and i != "-"}
+        jobs[row["output_file"]] = (row["rule"], inputs, row["shellcmd"])
+    return jobs
+
+
+def dvc_stages(repo) -> dict:
+    """output -> (stage name, file deps, command), resolved by DVC itself (matrix expanded)."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    stages = {}
+    with Repo(str(repo)) as dvc_repo:
+        for stage in dvc_repo.index.stages:
+            deps = {str(d.def_path) for d in stage.deps if not isinstance(d, ParamsDependency)}
+            for out in stage.outs:
+                stages[str(out.def_path)] = (stage.name, deps, stage.cmd)
+    return stages
+
+
+def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
+    repo = copy_project(tmp_path / "repo", git=True)
+    write_yaml(repo / "params.yaml", tiny_params(models=["simplecnn", "resnet18"], devices=["cpu", "cuda"]))
+    commit(repo)
+
+    run(["snakemake", "--cores", "2"], repo)
+    got = records(repo)
+    assert set(got) == {(m, d, "paper-seed0.json") for m in ("simplecnn", "resnet18") for d in ("cpu", "cuda")}
+    assert all(r["status"] == "measured" for (m, d, _), r in got.items() if d == "cpu")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert all(r["status"] == "not_measured" for (m, d, _), r in got.items() if d == "cuda")
+
+    dry = run(["snakemake", "-n", "--cores", "2"], repo).stdout
+    assert "Nothing to be done" in dry
+
+    # Snakemake handed its outputs to DVC (onsuccess: dvc commit): only the host probe is pending.
+    status = dvc_status(repo)
+    assert set(status) <= {"host"}, status
+    assert status.get("host", ["always changed"]) == ["always changed"]
+
+    jobs, stages = snakemake_jobs(repo), dvc_stages(repo)
+    assert set(jobs) == set(stages)
+    for output, (rule, inputs, command) in jobs.items():
+        stage, deps, dvc_cmd = stages[output]
+        assert stage.split("@")[0] == rule
+        assert inputs == deps, output
+        assert normalise(command) == normalise(dvc_cmd), output
+
+
+def test_quick_preset_on_synthetic_data_and_per_model_reruns(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    overlay = {"data": {"source": "synthetic", "train_size": 200, "test_size": 50},
+               "train": {"batch_size": 50, "eval_batch_size": 50}, "models": {"resnet18": {}}}
+    write_yaml(repo / "synthetic.yaml", overlay)
+    argv = ["snakemake", "--cores", "2", "--configfile", "config/quick.yaml", "synthetic.yaml"]
+    run(argv, repo)
+    got = records(repo)
+    quick = yaml.safe_load((repo / "config/quick.yaml").read_text())
+    assert {k[0] for k in got} == set(yaml.safe_load((repo / "params.yaml").read_text())["study"]["models"])
+    assert {k[1] for k in got} == set(quick["study"]["devices"]) == {"cpu"}
+    assert all(r["data"]["synthetic"] and r["status"] == "measured" for r in got.values())
+    assert all(len(r["epochs"]) == quick["train"]["epochs"] for r in got.values())
+    assert "synthetic" in (repo / "logs/train/simplecnn/cpu/paper-seed0.log").read_text().lower()
+
+    assert "Nothing to be done" in run(argv + ["-n"], repo).stdout
+
+    overlay["models"]["resnet18"] = {"batch_size": 25}
+    write_yaml(repo / "synthetic.yaml", overlay)
+    dry = run(argv + ["-n"], repo).stdout
+    planned = re.findall(r"Training (\S+) on (\S+)", dry)
+    assert planned == [("resnet18", "cpu")], dry
+
+
+def test_bad_params_stop_snakemake_before_any_job(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(repo / "bad.yaml", {"train": {"epochs": -3}})
+    done = run(["snakemake", "--cores", "1", "--configfile", "bad.yaml"], repo, check=False)
+    assert done.returncode != 0
+    assert "train.epochs: -3 is out of range (allowed: >= 1)" in done.stderr + done.stdout
+    assert not (repo / "results").exists() and not (repo / "data/prepared").exists()
+
+
+def test_dvc_repro_reruns_only_the_edited_model_and_travels_through_a_remote(tmp_path):
+    repo = copy_project(tmp_path / "repo", git=True)
+    write_yaml(repo / "params.yaml", tiny_params(models=["simplecnn", "resnet18"], devices=["cpu"]))
+    commit(repo)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp_path / "remote")], repo)
+
+    run(["dvc", "repro"], repo)
+    first = records(repo)
+    assert len(first) == 2 and all(r["status"] == "measured" for r in first.values())
+    assert set(dvc_status(repo)) <= {"host"}
+
+    config = yaml.safe_load((repo / "params.yaml").read_text())
+    config["models"]["resnet18"] = {"batch_size": 16}
+    write_yaml(repo / "params.yaml", config)
+    assert set(dvc_status(repo)) - {"host"} == {"train@resnet18-cpu-paper-0"}
+    out = run(["dvc", "repro"], repo).stdout
+    assert "train@resnet18-cpu-paper-0" in out
+    assert "Running stage 'train@simplecnn-cpu-paper-0'" not in out
+    second = records(repo)
+    key18, key_cnn = ("resnet18", "cpu", "paper-seed0.json"), ("simplecnn", "cpu", "paper-seed0.json")
+    assert second[key_cnn] == first[key_cnn]
+    assert second[key18]["settings"]["train"]["batch_size"] == 16
+    assert second[key18]["started_at"] != first[key18]["started_at"]
+
+    commit(repo, "results")
+    run(["dvc", "push"], repo)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp_path / "remote")], clone)
+    run(["dvc", "pull"], clone)
+    assert records(clone) == second
+    assert set(dvc_status(clone)) <= {"host"}
