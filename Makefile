@@ -24,8 +24,13 @@ reproduce: install
 quick: install
 	source $(BIN)/activate && snakemake --cores $(CORES) --configfile config/quick.yaml $(CONFIGS)
 
-test: install
+test: install browser
 	source $(BIN)/activate && pytest -q $(PYTEST_ARGS)
+
+# The report is tested in Debian's Chromium (driven by playwright, which downloads no browser).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "chromium could not be installed: the browser test will be skipped"
 
 clean-results:
 	rm -rf results logs reports/*.html data/prepared .snakemake

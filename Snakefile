@@ -20,9 +20,11 @@ validate(config, "workflow/schemas/params.schema.yaml", set_default=False)
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         records=all_records(),
+        report="reports/index.html",

@@ -69,6 +69,34 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_aggregate(args) -> int:
+    from gpuscale import aggregate
+
+    config = load_params(args)
+    records = [Path(params_mod.record_path(**key)) for key in params_mod.run_keys(config)]
+    report = config["report"]
+    aggregate.run(records, report["reference"], Path(args.out), Path(args.metrics), report["accuracy_tolerance"],
+                  skip_bad=report["skip_bad_records"])
+    return 0
+
+
+def cmd_charts(args) -> int:
+    from gpuscale import charts
+
+    config = load_params(args)
+    charts.run(Path(args.tables), Path(args.out), config["report"]["accuracy_tolerance"])
+    return 0
+
+
+def cmd_report(args) -> int:
+    from gpuscale import report
+
+    config = load_params(args)
+    files = [Path(p) for p in (args.params or [params_mod.DEFAULT_PARAMS])]
+    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, files)
+    return 0
+
+
 def cmd_models(args) -> int:
     from gpuscale import models, nets
 
@@ -110,23 +138,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="record path (default results/runs/<model>/<device>/<variant>-seed<seed>.json)")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("aggregate", parents=[common], help="records -> Polars tables, fits and metrics")
+    p.add_argument("--out", default="results/tables")
+    p.add_argument("--metrics", default="results/metrics.json")
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("charts", parents=[common], help="tables -> Altair charts (HTML, SVG, Vega-Lite JSON)")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--out", default="reports/charts")
+    p.set_defaults(func=cmd_charts)
+
+    p = sub.add_parser("report", parents=[common], help="tables and charts -> one offline HTML page")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--charts", default="reports/charts")
+    p.add_argument("--out", default="reports/index.html")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("models", parents=[common], help="list the model registry with parameters and FLOPs")
     p.set_defaults(func=cmd_models)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpuscale.data import DataError
     from gpuscale.record import RecordError
 
     args = build_parser().parse_args(argv)
     setup_logging(getattr(args, "log", None))
-    known = (params_mod.ParamsError, DataError, RecordError)
+    known: tuple = (params_mod.ParamsError, RecordError)
     try:
+        # Each stage's own errors, imported only for that stage: analysis never imports torch.
+        if args.command in ("data", "train"):
+            from gpuscale.data import DataError
+
+            known = (*known, DataError)
         if args.command == "train":
             from gpuscale.train import TrainError
 
             known = (*known, TrainError)
+        if args.command in ("aggregate", "charts", "report"):
+            from gpuscale.aggregate import AggregateError
+
+            known = (*known, AggregateError)
         return args.func(args)
     except known as err:
         if args.debug:

@@ -36,11 +36,23 @@ CODE = {
         f"{PKG}/nets.py", f"{PKG}/envinfo.py", f"{PKG}/record.py", f"{PKG}/fsutil.py",
         f"{PKG}/schemas/params.schema.yaml", f"{PKG}/schemas/run-record.schema.json",
     ],
+    "aggregate": [
+        f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/paper.py",
+        f"{PKG}/record.py", f"{PKG}/fsutil.py", f"{PKG}/schemas/run-record.schema.json",
+    ],
+    "charts": [f"{PKG}/cli.py", f"{PKG}/charts.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/fsutil.py"],
+    "report": [f"{PKG}/cli.py", f"{PKG}/report.py", f"{PKG}/charts.py", f"{PKG}/paper.py", f"{PKG}/fsutil.py",
+               f"{PKG}/templates/report.html.j2"],
 }
 
 
 def all_records():
     return [gp.record_path(**key) for key in gp.run_keys(config)]
+
+
+def reference_records():
+    """Every record under the reference folders the report includes (measured elsewhere)."""
+    return sorted(str(p) for folder in config["report"]["reference"] for p in Path(folder).rglob("*.json"))
 
 
 def data_inputs(wildcards):

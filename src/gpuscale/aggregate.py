@@ -1,0 +1,304 @@
+"""The aggregation stage: run records -> Polars tables, metrics and fits.
+
+Reads every record through gpuscale.record.load(); writes results/tables/{runs,epochs,speedup,fits}.csv
+(runs and epochs also as Parquet) and results/metrics.json. Output is deterministic: rows sorted,
+columns in a fixed order, so rerunning on the same records changes no byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from pathlib import Path
+
+import polars as pl
+
+from gpuscale import analysis, fsutil, paper, record
+
+log = logging.getLogger("gpuscale.aggregate")
+
+LOCAL_SOURCE = "this host"
+PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
+KEY_COLUMNS = ["source", "model", "device", "variant", "seed"]
+
+
+class AggregateError(RuntimeError):
+    """Records that cannot be aggregated; str() names the file(s)."""
+
+
+def find_records(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).rglob("*.json") if not p.name.startswith("."))
+
+
+def load_all(sources: dict[str, list[Path]], skip_bad: bool = False) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
+    """(source, path, record) for every listed record; bad ones raise, or are listed as skipped when asked."""
+    loaded, skipped = [], []
+    seen: dict[tuple, Path] = {}
+    for source, paths in sources.items():
+        for path in paths:
+            try:
+                rec = record.load(path)
+            except record.RecordError as err:
+                if not skip_bad:
+                    raise AggregateError(f"{err} (fix or remove it, or set report.skip_bad_records: true)") from None
+                skipped.append({"path": str(path), "reason": str(err)})
+                continue
+            key = (source, *record.key(rec))
+            if key in seen:
+                raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
+            seen[key] = path
+            loaded.append((source, path, rec))
+    return loaded, skipped
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def host_label(rec: dict) -> str:
+    env = rec["environment"]
+    return f"{env['host']} ({env['gpu']['name'] if env.get('gpu') else env['cpu_model']})"
+
+
+RUN_SCHEMA = {
+    "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
+    "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
+    "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "gpu_name": pl.String,
+    "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
+    "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
+    "epochs": pl.Int64, "batch_size": pl.Int64, "data_source": pl.String, "synthetic": pl.Boolean,
+    "train_images": pl.Int64, "test_images": pl.Int64, "manifest_sha256": pl.String,
+    "total_train_seconds": pl.Float64, "epoch_seconds_mean": pl.Float64, "warmup_epoch_seconds": pl.Float64,
+    "steady_epoch_seconds_median": pl.Float64, "total_eval_seconds": pl.Float64,
+    "train_images_per_second": pl.Float64, "steady_images_per_second": pl.Float64, "extrapolated": pl.Boolean,
+    "final_test_accuracy": pl.Float64, "started_at": pl.String, "finished_at": pl.String,
+    "record_path": pl.String, "record_sha256": pl.String,
+}
+EPOCH_SCHEMA = {
+    "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
+    "epoch": pl.Int64, "warmup": pl.Boolean, "train_seconds": pl.Float64, "eval_seconds": pl.Float64,
+    "images_per_second": pl.Float64, "train_loss": pl.Float64, "train_accuracy": pl.Float64,
+    "test_loss": pl.Float64, "test_accuracy": pl.Float64, "learning_rate": pl.Float64,
+}
+
+
+def runs_frame(loaded) -> pl.DataFrame:
+    rows = []
+    for source, path, rec in loaded:
+        env, timing, quality = rec["environment"], rec["timing"] or {}, rec["quality"] or {}
+        settings = rec["settings"]["train"]
+        epochs = rec["epochs"]
+        rows.append({
+            "source": source, **rec["key"], "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
+            "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
+            "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
+            "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
+            "torch_version": env["torch_version"], "cuda_version": env["cuda_version"],
+            "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
+            "parameters": rec["model"]["parameters"], "train_flops_per_image": rec["model"]["train_flops_per_image"],
+            "epochs": settings["epochs"], "batch_size": settings["batch_size"],
+            "data_source": rec["data"]["source"], "synthetic": rec["data"]["synthetic"],
+            "train_images": rec["data"]["train_images"], "test_images": rec["data"]["test_images"],
+            "manifest_sha256": rec["data"]["manifest_sha256"],
+            "total_train_seconds": timing.get("total_train_seconds"),
+            "epoch_seconds_mean": (timing["total_train_seconds"] / len(epochs)) if epochs else None,
+            "warmup_epoch_seconds": timing.get("warmup_epoch_seconds"),
+            "steady_epoch_seconds_median": timing.get("steady_epoch_seconds_median"),
+            "total_eval_seconds": timing.get("total_eval_seconds"),
+            "train_images_per_second": timing.get("train_images_per_second"),
+            "steady_images_per_second": timing.get("steady_images_per_second"),
+            "extrapolated": timing.get("extrapolated", False),
+            "final_test_accuracy": quality.get("final_test_accuracy"),
+            "started_at": rec["started_at"], "finished_at": rec["finished_at"],
+            "record_path": str(path), "record_sha256": _sha256(path),
+        })
+    return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
+
+
+def epochs_frame(loaded) -> pl.DataFrame:
+    rows = [
+        {"source": source, **rec["key"], **{k: e[k] for k in EPOCH_SCHEMA if k in e}}
+        for source, _, rec in loaded
+        for e in rec["epochs"]
+    ]
+    return pl.DataFrame(rows, schema=EPOCH_SCHEMA).sort([*KEY_COLUMNS, "epoch"])
+
+
+def is_gpu(device: str) -> bool:
+    return device != "cpu"
+
+
+def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
+    """Per (source, model, variant): CPU vs GPU seconds (median over seeds), speedups, accuracy parity.
+
+    CPU and GPU are only ever paired within one source (one host's records), never across hosts.
+    """
+    measured = runs.filter(pl.col("status") == "measured")
+    per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
+        pl.col("parameters").first(), pl.col("train_flops_per_image").first(),
+        pl.col("host").first(), pl.col("gpu_name").first(), pl.col("synthetic").any(),
+        pl.col("extrapolated").any(), pl.len().alias("seeds"),
+        pl.col("total_train_seconds").median(), pl.col("epoch_seconds_mean").median(),
+        pl.col("steady_epoch_seconds_median").median(), pl.col("final_test_accuracy").median(),
+        pl.col("epochs").first(), pl.col("train_images").first(),
+    )
+    cpu = per_device.filter(pl.col("device") == "cpu").drop("device", "gpu_name")
+    gpu = per_device.filter(pl.col("device") != "cpu")
+    joined = gpu.join(cpu, on=["source", "model", "variant"], how="full", suffix="_cpu", coalesce=True)
+    missing = runs.filter(pl.col("status") == "not_measured").group_by(["source", "model", "variant"]).agg(
+        pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
+    joined = joined.join(missing, on=["source", "model", "variant"], how="left")
+    out = joined.select(
+        "source", "model", "variant",
+        pl.coalesce("parameters", "parameters_cpu").alias("parameters"),
+        pl.coalesce("train_flops_per_image", "train_flops_per_image_cpu").alias("train_flops_per_image"),
+        pl.coalesce("host", "host_cpu").alias("host"),
+        pl.col("device").alias("gpu_device"), "gpu_name",
+        pl.col("total_train_seconds_cpu").alias("cpu_seconds"),
+        pl.col("total_train_seconds").alias("gpu_seconds"),
+        pl.col("epoch_seconds_mean_cpu").alias("cpu_epoch_seconds"),
+        pl.col("epoch_seconds_mean").alias("gpu_epoch_seconds"),
+        pl.col("steady_epoch_seconds_median_cpu").alias("cpu_steady_epoch_seconds"),
+        pl.col("steady_epoch_seconds_median").alias("gpu_steady_epoch_seconds"),
+        (pl.col("epoch_seconds_mean_cpu") / pl.col("epoch_seconds_mean")).alias("speedup"),
+        (pl.col("steady_epoch_seconds_median_cpu") / pl.col("steady_epoch_seconds_median")).alias("steady_speedup"),
+        pl.col("final_test_accuracy_cpu").alias("cpu_accuracy"),
+        pl.col("final_test_accuracy").alias("gpu_accuracy"),
+        (pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu")).alias("accuracy_difference"),
+        ((pl.col("epochs") != pl.col("epochs_cpu")) | (pl.col("train_images") != pl.col("train_images_cpu")))
+        .fill_null(False).alias("protocol_mismatch"),
+        (pl.col("synthetic").fill_null(False) | pl.col("synthetic_cpu").fill_null(False)).alias("synthetic"),
+        (pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)).alias("extrapolated"),
+        pl.col("seeds").alias("gpu_seeds"), pl.col("seeds_cpu").alias("cpu_seeds"),
+        "gpu_not_measured_reason",
+    ).with_columns(
+        (pl.col("accuracy_difference").abs() <= tolerance).alias("accuracy_parity"),
+    )
+    return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
+
+
+def fits(speedup: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """Scaling and Amdahl fits per (source, variant), plus the paper's own three points."""
+    rows, summary = [], {}
+    groups = [(key, frame) for key, frame in speedup.filter(pl.col("speedup").is_not_null())
+              .group_by(["source", "variant"], maintain_order=True)]
+    groups.append(((PAPER_SOURCE, "paper"), paper_frame()))
+    for (source, variant), frame in sorted(groups, key=lambda g: (g[0][0], g[0][1])):
+        group_fits = {"parameters": analysis.scaling_fit(frame["parameters"], frame["speedup"])}
+        if "train_flops_per_image" in frame.columns:
+            group_fits["training FLOPs per image"] = analysis.scaling_fit(frame["train_flops_per_image"], frame["speedup"])
+        amdahl = analysis.amdahl_fit(frame["cpu_epoch_seconds"], frame["gpu_epoch_seconds"])
+        for predictor, fit in group_fits.items():
+            rows.append(_fit_row(source, variant, f"log speedup ~ log {predictor}", fit,
+                                 fit.get("exponent"), fit.get("exponent_se")))
+        rows.append(_fit_row(source, variant, "T_gpu = s + T_cpu / k (per epoch)", amdahl,
+                             amdahl.get("acceleration"), amdahl.get("acceleration_se"),
+                             amdahl.get("serial_seconds"), amdahl.get("serial_seconds_se")))
+        summary[f"{source} / {variant}"] = {"scaling": group_fits, "amdahl": amdahl,
+                                            "verdict": analysis.compare_predictors(group_fits)}
+    columns = {"source": pl.String, "variant": pl.String, "fit": pl.String, "ok": pl.Boolean, "points": pl.Int64,
+               "estimate": pl.Float64, "estimate_se": pl.Float64, "intercept": pl.Float64,
+               "intercept_se": pl.Float64, "r2": pl.Float64, "note": pl.String}
+    return pl.DataFrame(rows, schema=columns), summary
+
+
+def paper_frame() -> pl.DataFrame:
+    """The paper's table in the speedup table's terms (per-epoch seconds: its totals over 10 epochs)."""
+    return pl.DataFrame(paper.ROWS).with_columns(
+        (pl.col("cpu_seconds") / paper.EPOCHS).alias("cpu_epoch_seconds"),
+        (pl.col("gpu_seconds") / paper.EPOCHS).alias("gpu_epoch_seconds"),
+        pl.lit(PAPER_SOURCE).alias("source"),
+    )
+
+
+def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, intercept_se=None) -> dict:
+    return {"source": source, "variant": variant, "fit": name, "ok": fit["ok"], "points": fit["n"],
+            "estimate": estimate, "estimate_se": estimate_se,
+            "intercept": intercept if intercept is not None else fit.get("intercept"),
+            "intercept_se": intercept_se if intercept_se is not None else fit.get("intercept_se"),
+            "r2": fit.get("r2"), "note": fit.get("reason", "")}
+
+
+def overlaps(runs: pl.DataFrame) -> list[dict]:
+    """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the workflow)."""
+    measured = runs.filter(pl.col("status") == "measured").select(
+        "source", "hostname", "model", "device", "variant", "seed",
+        pl.col("started_at").str.to_datetime(time_zone="UTC"), pl.col("finished_at").str.to_datetime(time_zone="UTC"))
+    found = []
+    for (source, host), frame in measured.group_by(["source", "hostname"], maintain_order=True):
+        items = frame.sort("started_at").to_dicts()
+        for i, a in enumerate(items):
+            for b in items[i + 1:]:
+                if b["started_at"] < a["finished_at"]:
+                    found.append({"source": source, "host": host,
+                                  "runs": [f"{r['model']}/{r['device']}/{r['variant']}/seed{r['seed']}" for r in (a, b)]})
+    return found
+
+
+def _clean(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def metrics(speedup: pl.DataFrame, summary: dict) -> dict:
+    """results/metrics.json for `dvc metrics show/diff`: speedups and accuracy gaps by source/variant/model."""
+    out: dict = {"speedup": {}, "steady_speedup": {}, "accuracy_difference": {}, "fits": {}}
+    for row in speedup.iter_rows(named=True):
+        name = f"{row['source']}/{row['variant']}/{row['model']}"
+        out["speedup"][name] = row["speedup"]
+        out["steady_speedup"][name] = row["steady_speedup"]
+        out["accuracy_difference"][name] = row["accuracy_difference"]
+    for group, fit in summary.items():
+        out["fits"][group] = {
+            "amdahl_serial_seconds": fit["amdahl"].get("serial_seconds"),
+            "amdahl_acceleration": fit["amdahl"].get("acceleration"),
+            **{f"exponent_vs_{k.replace(' ', '_')}": v.get("exponent") for k, v in fit["scaling"].items()},
+        }
+    return _clean(out)
+
+
+def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: Path, tolerance: float,
+        skip_bad: bool = False) -> dict:
+    """Aggregate this host's records (the study's, listed) and every record under each reference folder."""
+    sources = {LOCAL_SOURCE: [Path(p) for p in records]}
+    for folder in reference:
+        if not Path(folder).is_dir():
+            raise AggregateError(f"report.reference: {folder} is not a folder (list folders under reference/)")
+        # A reference folder is one host's measurements: never paired with this host's runs.
+        sources[f"reference: {Path(folder).name}"] = find_records(Path(folder))
+    loaded, skipped = load_all(sources, skip_bad=skip_bad)
+    runs = runs_frame(loaded)
+    epochs = epochs_frame(loaded)
+    speedup = speedup_frame(runs, tolerance)
+    fit_table, summary = fits(speedup)
+    out_dir = Path(out_dir)
+    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table)):
+        with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
+            frame.write_csv(tmp)
+    for name, frame in (("runs", runs), ("epochs", epochs)):
+        with fsutil.atomic_path(out_dir / f"{name}.parquet") as tmp:
+            frame.write_parquet(tmp, statistics=False)
+    extras = {"skipped_records": skipped, "overlapping_runs": overlaps(runs), "fit_summary": _clean(summary),
+              "sources": {k: len(v) for k, v in sources.items()}}
+    fsutil.write_json(out_dir / "notes.json", extras)
+    fsutil.write_json(metrics_path, metrics(speedup, summary))
+    log.info("aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir)
+    return {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, **extras}
+
+
+def read_tables(out_dir: Path) -> dict:
+    """The tables and notes as the aggregation stage wrote them (for charts and the report)."""
+    out_dir = Path(out_dir)
+    tables = {name: pl.read_csv(out_dir / f"{name}.csv", infer_schema_length=None)
+              for name in ("speedup", "fits")}
+    tables["runs"] = pl.read_parquet(out_dir / "runs.parquet")
+    tables["epochs"] = pl.read_parquet(out_dir / "epochs.parquet")
+    tables.update(json.loads((out_dir / "notes.json").read_text()))
+    return tables

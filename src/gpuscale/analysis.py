@@ -1,0 +1,89 @@
+"""Fits on the speedup table: scaling exponents and Amdahl's law. numpy only, no torch.
+
+Every fit returns a dict whose `ok` says whether it could be made; when not, `reason` says why
+(too few points), and nothing downstream draws a line for it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MIN_POINTS = 3  # two parameters from two points leave no residual: no uncertainty, no test
+
+
+def linear_fit(x, y) -> dict:
+    """Ordinary least squares y = intercept + slope * x with standard errors and R^2."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    if n < MIN_POINTS:
+        return {"ok": False, "n": n, "reason": f"{n} point(s); a fit with an uncertainty needs at least {MIN_POINTS}"}
+    if np.ptp(x) == 0:
+        return {"ok": False, "n": n, "reason": "all points share one x value"}
+    design = np.column_stack([np.ones(n), x])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residuals = y - design @ coef
+    dof = n - 2
+    sigma2 = float(residuals @ residuals) / dof
+    cov = sigma2 * np.linalg.inv(design.T @ design)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(residuals @ residuals) / total if total > 0 else 1.0
+    return {
+        "ok": True,
+        "n": n,
+        "intercept": float(coef[0]),
+        "slope": float(coef[1]),
+        "intercept_se": math.sqrt(max(cov[0, 0], 0.0)),
+        "slope_se": math.sqrt(max(cov[1, 1], 0.0)),
+        "r2": r2,
+    }
+
+
+def scaling_fit(size, speedup) -> dict:
+    """log(speedup) = a + b log(size): b is the scaling exponent."""
+    size, speedup = np.asarray(size, dtype=float), np.asarray(speedup, dtype=float)
+    fit = linear_fit(np.log(size), np.log(speedup))
+    if fit["ok"]:
+        fit["exponent"], fit["exponent_se"] = fit["slope"], fit["slope_se"]
+    return fit
+
+
+def compare_predictors(fits: dict[str, dict]) -> str:
+    """One plain sentence on which predictor of speedup fits better, by R^2 of the log-log fit."""
+    usable = {name: f for name, f in fits.items() if f.get("ok")}
+    if len(usable) < 2:
+        return "Not enough models measured on both devices to compare predictors."
+    ranked = sorted(usable.items(), key=lambda item: item[1]["r2"], reverse=True)
+    (best, fb), (other, fo) = ranked[0], ranked[1]
+    return (f"Speedup follows {best} (R² {fb['r2']:.2f}, exponent {fb['exponent']:.2f} ± {fb['exponent_se']:.2f}) "
+            f"better than {other} (R² {fo['r2']:.2f}, exponent {fo['exponent']:.2f} ± {fo['exponent_se']:.2f}).")
+
+
+def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
+    """T_gpu = s + T_cpu / k across models: s seconds the GPU does not accelerate, k how much faster it runs the rest."""
+    fit = linear_fit(cpu_seconds, gpu_seconds)
+    if not fit["ok"]:
+        return fit
+    s, inv_k = fit["intercept"], fit["slope"]
+    if inv_k <= 0:
+        return {"ok": False, "n": fit["n"], "reason": "fitted slope is not positive: GPU time does not grow with CPU time"}
+    fit.update({"serial_seconds": s, "serial_seconds_se": fit["intercept_se"], "acceleration": 1.0 / inv_k,
+                "acceleration_se": fit["slope_se"] / inv_k**2})
+    return fit
+
+
+def parallel_fraction(serial_seconds: float, cpu_seconds: float) -> float:
+    """Amdahl's P for one model: the share of its CPU time that the GPU accelerates."""
+    return 1.0 - serial_seconds / cpu_seconds
+
+
+def amdahl_speedup(p: float, n):
+    """S(N) = 1 / ((1 - P) + P / N)."""
+    n = np.asarray(n, dtype=float)
+    return 1.0 / ((1.0 - p) + p / n)
+
+
+def effective_units(p: float, acceleration: float) -> float:
+    """Under T_gpu = s + T_cpu / k, a model with parallel fraction P runs as if on N = k * P units."""
+    return acceleration * p

@@ -1,0 +1,202 @@
+"""The charts stage: Altair charts from the aggregated Polars tables.
+
+Each chart is saved as a standalone offline HTML page (the Vega libraries inlined) and as SVG.
+A chart whose data do not allow it (too few points for a fit, nothing measured) says so in its
+title and draws no line. Charts built from synthetic data say so in their title.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from gpuscale import aggregate, analysis, fsutil
+
+log = logging.getLogger("gpuscale.charts")
+
+CHART_NAMES = ("speedup_vs_parameters", "speedup_vs_flops", "amdahl", "epoch_seconds", "throughput", "accuracy")
+WIDTH, HEIGHT = 520, 320
+
+
+def _suffix(frame: pl.DataFrame) -> str:
+    flags = []
+    if "synthetic" in frame.columns and frame["synthetic"].fill_null(False).any():
+        flags.append("SYNTHETIC DATA: accuracies meaningless")
+    if "extrapolated" in frame.columns and frame["extrapolated"].fill_null(False).any():
+        flags.append("includes extrapolated times")
+    return f" [{'; '.join(flags)}]" if flags else ""
+
+
+def _empty(title: str, message: str) -> alt.Chart:
+    return (alt.Chart(pl.DataFrame({"message": [message]})).mark_text(size=14, color="#555")
+            .encode(text="message:N").properties(title=title, width=WIDTH, height=80))
+
+
+def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
+    rows = []
+    for fit in fits.filter((pl.col("fit") == fit_name) & pl.col("ok")).iter_rows(named=True):
+        if fit["source"] == aggregate.PAPER_SOURCE:
+            sizes = aggregate.paper_frame()[column] if column in aggregate.paper_frame().columns else None
+        else:
+            sizes = speedup.filter((pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"]))[column]
+        if sizes is None or sizes.len() == 0:
+            continue
+        for x in np.geomspace(sizes.min(), sizes.max(), 20):
+            rows.append({"source": fit["source"], "variant": fit["variant"], column: float(x),
+                         "speedup": float(np.exp(fit["intercept"]) * x ** fit["estimate"]),
+                         "fit": f"exponent {fit['estimate']:.2f} ± {fit['estimate_se']:.2f}, R² {fit['r2']:.2f}"})
+    return pl.DataFrame(rows, schema={"source": pl.String, "variant": pl.String, column: pl.Float64,
+                                      "speedup": pl.Float64, "fit": pl.String})
+
+
+def speedup_vs_size(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str,
+                    with_paper: bool) -> alt.Chart:
+    measured = speedup.filter(pl.col("speedup").is_not_null()).select(
+        "source", "variant", "model", column, "speedup", "cpu_epoch_seconds", "gpu_epoch_seconds", "gpu_name")
+    if with_paper:
+        paper_points = aggregate.paper_frame().select(
+            "source", pl.lit("paper").alias("variant"), "model", column, "speedup", "cpu_epoch_seconds",
+            "gpu_epoch_seconds", pl.lit("NVIDIA GeForce RTX 3050").alias("gpu_name"))
+        measured = pl.concat([measured, paper_points], how="vertical_relaxed")
+    title = title + _suffix(speedup)
+    if measured.is_empty():
+        return _empty(title, "No model measured on both CPU and GPU yet: nothing to plot.")
+    x = alt.X(f"{column}:Q", scale=alt.Scale(type="log"), title=axis)
+    y = alt.Y("speedup:Q", scale=alt.Scale(type="log"), title="speedup (CPU seconds / GPU seconds per epoch)")
+    points = alt.Chart(measured).mark_point(filled=True, size=90).encode(
+        x=x, y=y, color=alt.Color("source:N", title="source"), shape=alt.Shape("variant:N"),
+        tooltip=["source", "variant", "model", alt.Tooltip(f"{column}:Q", format=","),
+                 alt.Tooltip("speedup:Q", format=".2f"), alt.Tooltip("cpu_epoch_seconds:Q", format=".2f"),
+                 alt.Tooltip("gpu_epoch_seconds:Q", format=".2f"), "gpu_name"])
+    labels = points.mark_text(dx=8, dy=-8, align="left", fontSize=11).encode(text="model:N")
+    fit_name = "log speedup ~ log parameters" if column == "parameters" else "log speedup ~ log training FLOPs per image"
+    lines = _fit_lines(speedup, fits, column, fit_name)
+    layers = [points, labels]
+    if not lines.is_empty():
+        layers.insert(0, alt.Chart(lines).mark_line(strokeDash=[5, 3]).encode(
+            x=x, y=y, color="source:N", detail="variant:N", tooltip=["source", "variant", "fit"]))
+    else:
+        title += " (no fitted line: fewer than 3 models per source)"
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
+    """S(N) = 1/((1-P) + P/N) per model, P from the fit T_gpu = s + T_cpu/k; measured speedup at N = k P."""
+    curves, marks = [], []
+    paper = aggregate.paper_frame()
+    for fit in fits.filter((pl.col("fit").str.starts_with("T_gpu")) & pl.col("ok")).iter_rows(named=True):
+        frame = paper if fit["source"] == aggregate.PAPER_SOURCE else speedup.filter(
+            (pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"]) & pl.col("speedup").is_not_null())
+        s, k = fit["intercept"], fit["estimate"]
+        for row in frame.iter_rows(named=True):
+            p = analysis.parallel_fraction(s, row["cpu_epoch_seconds"])
+            if not 0 < p < 1:
+                continue
+            group = f"{fit['source']} / {row['model']}"
+            for n in np.geomspace(1, 1e4, 60):
+                curves.append({"group": group, "source": fit["source"], "model": row["model"], "N": float(n),
+                               "S": float(analysis.amdahl_speedup(p, n)), "P": p})
+            marks.append({"group": group, "source": fit["source"], "model": row["model"],
+                          "N": analysis.effective_units(p, k), "S": row["speedup"], "P": p})
+    title = "Amdahl's law: speedup S(N) = 1 / ((1 − P) + P / N), P from T_gpu = s + T_cpu / k" + _suffix(speedup)
+    if not curves:
+        return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
+    x = alt.X("N:Q", scale=alt.Scale(type="log"), title="N, processing units (effective: N = k · P)")
+    y = alt.Y("S:Q", scale=alt.Scale(type="log"), title="speedup S")
+    line = alt.Chart(pl.DataFrame(curves)).mark_line().encode(
+        x=x, y=y, color=alt.Color("model:N"), strokeDash=alt.StrokeDash("source:N"), detail="group:N",
+        tooltip=["source", "model", alt.Tooltip("P:Q", format=".4f")])
+    points = alt.Chart(pl.DataFrame(marks)).mark_point(filled=True, size=110).encode(
+        x=x, y=y, color="model:N", shape=alt.Shape("source:N"),
+        tooltip=["source", "model", alt.Tooltip("P:Q", format=".4f"), alt.Tooltip("N:Q", format=".1f"),
+                 alt.Tooltip("S:Q", format=".2f", title="measured speedup")])
+    return alt.layer(line, points).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def by_device(runs: pl.DataFrame, column: str, title: str, axis: str) -> alt.Chart:
+    measured = runs.filter((pl.col("status") == "measured") & pl.col(column).is_not_null())
+    title = title + _suffix(runs)
+    if measured.is_empty():
+        return _empty(title, "No measured runs yet.")
+    data = measured.select("source", "model", "device", "variant", "seed", column, "parameters", "host", "gpu_name",
+                           "torch_threads", "epochs").with_columns(
+        (pl.col("source") + " · " + pl.col("variant")).alias("panel"))
+    order = data.sort("parameters")["model"].unique(maintain_order=True).to_list()
+    return alt.Chart(data).mark_bar().encode(
+        x=alt.X("model:N", sort=order, title="model (by parameters)"),
+        xOffset="device:N",
+        y=alt.Y(f"median({column}):Q", title=axis),
+        color=alt.Color("device:N"),
+        column=alt.Column("panel:N", title=None),
+        tooltip=["source", "model", "device", "variant", alt.Tooltip(f"median({column}):Q", format=".2f"),
+                 "host", "gpu_name", "torch_threads", "epochs"],
+    ).properties(title=title, width=max(160, 60 * len(order)), height=HEIGHT)
+
+
+def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
+    data = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
+    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})" + _suffix(speedup)
+    if data.is_empty():
+        return _empty(title, "No model measured on both devices yet.")
+    low = float(min(data["cpu_accuracy"].min(), data["gpu_accuracy"].min())) - 0.02
+    high = float(max(data["cpu_accuracy"].max(), data["gpu_accuracy"].max())) + 0.02
+    scale = alt.Scale(domain=[max(low, 0), min(high, 1)])
+    band = pl.DataFrame({"cpu_accuracy": [max(low, 0), min(high, 1)]}).with_columns(
+        pl.col("cpu_accuracy").alias("gpu_accuracy"),
+        (pl.col("cpu_accuracy") - tolerance).alias("lo"), (pl.col("cpu_accuracy") + tolerance).alias("hi"))
+    area = alt.Chart(band).mark_area(opacity=0.15, color="green").encode(
+        x=alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format="%")),
+        y=alt.Y("lo:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format="%")), y2="hi:Q")
+    diagonal = alt.Chart(band).mark_line(color="green").encode(x="cpu_accuracy:Q", y="gpu_accuracy:Q")
+    points = alt.Chart(data.select("source", "variant", "model", "cpu_accuracy", "gpu_accuracy",
+                                   "accuracy_difference", "accuracy_parity")).mark_point(filled=True, size=90).encode(
+        x="cpu_accuracy:Q", y="gpu_accuracy:Q", color="source:N", shape="accuracy_parity:N",
+        tooltip=["source", "variant", "model", alt.Tooltip("cpu_accuracy:Q", format=".2%"),
+                 alt.Tooltip("gpu_accuracy:Q", format=".2%"), alt.Tooltip("accuracy_difference:Q", format="+.2%"),
+                 "accuracy_parity"])
+    labels = points.mark_text(dx=8, dy=-8, align="left").encode(text="model:N")
+    return alt.layer(area, diagonal, points, labels).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
+    speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
+    return {
+        "speedup_vs_parameters": speedup_vs_size(speedup, fits, "parameters", "GPU speedup vs parameters (log-log)",
+                                                 "parameters", with_paper=True),
+        "speedup_vs_flops": speedup_vs_size(speedup, fits, "train_flops_per_image",
+                                            "GPU speedup vs training FLOPs per image (log-log)",
+                                            "training FLOPs per image (forward + backward)", with_paper=False),
+        "amdahl": amdahl(speedup, fits),
+        "epoch_seconds": by_device(runs, "epoch_seconds_mean", "Seconds per training epoch by model and device",
+                                   "seconds per epoch (mean over epochs, median over seeds)"),
+        "throughput": by_device(runs, "train_images_per_second", "Training throughput by model and device",
+                                "images per second (training)"),
+        "accuracy": accuracy(speedup, tolerance),
+    }
+
+
+def save(charts: dict[str, alt.Chart], out_dir: Path) -> list[Path]:
+    """<name>.html (standalone, offline), <name>.svg (slides, papers), <name>.vl.json (the spec, for the report)."""
+    out_dir = Path(out_dir)
+    written = []
+    for name, chart in charts.items():
+        chart = chart.configure_legend(labelLimit=360, titleLimit=360)
+        fsutil.write_text(out_dir / f"{name}.vl.json", chart.to_json(indent=None) + "\n")
+        written.append(out_dir / f"{name}.vl.json")
+        for fmt in ("html", "svg"):
+            path = out_dir / f"{name}.{fmt}"
+            with fsutil.atomic_path(path, suffix=f".{fmt}") as tmp:
+                chart.save(str(tmp), format=fmt, **({"inline": True} if fmt == "html" else {}))
+            written.append(path)
+    return written
+
+
+def run(tables_dir: Path, out_dir: Path, tolerance: float) -> list[Path]:
+    charts = build(aggregate.read_tables(tables_dir), tolerance)
+    written = save(charts, out_dir)
+    log.info("wrote %d charts -> %s", len(charts), out_dir)
+    return written

@@ -1,0 +1,183 @@
+"""The report stage: one self-contained HTML page (reports/index.html) that works offline.
+
+The Vega libraries are inlined once (vl-convert's bundle); each chart is its Vega-Lite spec from the
+charts stage; tables come from great_tables; everything else goes through a Jinja2 template with
+autoescaping, so text from params, records or file names cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import polars as pl
+import yaml
+from great_tables import GT, loc, style
+
+from gpuscale import aggregate, charts, fsutil, paper
+
+log = logging.getLogger("gpuscale.report")
+
+CHART_HELP = {
+    "speedup_vs_parameters": "Each point is one model: CPU seconds per epoch over GPU seconds per epoch, against its "
+    "parameter count, both axes logarithmic. A straight dashed line is a power law fitted per source; its slope is "
+    "the exponent. The paper's three points are shown for comparison.",
+    "speedup_vs_flops": "The same speedups against the compute one training image needs (forward + backward FLOPs). "
+    "If speedup is driven by work per image rather than by parameter count, these points lie closer to their line.",
+    "amdahl": "Amdahl's law with P estimated from the fit T_gpu = s + T_cpu / k across models (s: seconds per epoch "
+    "the GPU does not accelerate, k: how much faster it runs the rest). Each curve is one model's S(N); the marker "
+    "is its measured speedup, placed at N = k·P. Curves flatten at 1/(1−P): the serial share caps the speedup.",
+    "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), by model and device, median over seeds.",
+    "throughput": "Training images per second by model and device.",
+    "accuracy": "Final test accuracy on the CPU against the GPU, per model. Points inside the green band agree "
+    "within the tolerance (report.accuracy_tolerance); the diagonal is perfect agreement.",
+}
+
+
+def _fmt_seconds(value) -> str:
+    return "—" if value is None else f"{value:,.2f}"
+
+
+def headline(speedup: pl.DataFrame) -> str:
+    """Speedup per model: the paper beside every measured source/variant."""
+    rows = []
+    for p in paper.ROWS:
+        rows.append({"model": p["model"], "source": aggregate.PAPER_SOURCE, "variant": "paper (as published)",
+                     "parameters": p["parameters"], "cpu s/epoch": p["cpu_seconds"] / paper.EPOCHS,
+                     "gpu s/epoch": p["gpu_seconds"] / paper.EPOCHS, "speedup": p["speedup"], "steady speedup": None,
+                     "cpu accuracy": p["cpu_accuracy"], "gpu accuracy": p["gpu_accuracy"], "note": ""})
+    for r in speedup.iter_rows(named=True):
+        note = []
+        if r["gpu_seconds"] is None:
+            note.append(f"GPU not measured: {r['gpu_not_measured_reason'] or 'no GPU record'}")
+        if r["cpu_seconds"] is None:
+            note.append("CPU not measured")
+        if r["synthetic"]:
+            note.append("synthetic data")
+        if r["extrapolated"]:
+            note.append("extrapolated")
+        if r["protocol_mismatch"]:
+            note.append("CPU and GPU runs differ in epochs or data size")
+        if r["gpu_name"]:
+            note.insert(0, r["gpu_name"])
+        rows.append({"model": r["model"], "source": r["source"], "variant": r["variant"], "parameters": r["parameters"],
+                     "cpu s/epoch": r["cpu_epoch_seconds"], "gpu s/epoch": r["gpu_epoch_seconds"],
+                     "speedup": r["speedup"], "steady speedup": r["steady_speedup"], "cpu accuracy": r["cpu_accuracy"],
+                     "gpu accuracy": r["gpu_accuracy"], "note": "; ".join(note)})
+    order = {m["model"]: i for i, m in enumerate(paper.ROWS)}
+    frame = pl.DataFrame(rows, infer_schema_length=None).with_columns(
+        pl.col("model").replace_strict(order, default=99).alias("_order")).sort(["_order", "parameters", "model", "source"]).drop("_order")
+    table = (GT(frame, groupname_col="model")
+             .fmt_integer(columns="parameters")
+             .fmt_number(columns=["cpu s/epoch", "gpu s/epoch"], decimals=2)
+             .fmt_number(columns=["speedup", "steady speedup"], decimals=2, pattern="{x}×")
+             .fmt_percent(columns=["cpu accuracy", "gpu accuracy"], decimals=2)
+             .sub_missing(missing_text="not measured")
+             .tab_style(style.text(weight="bold"), loc.body(columns="speedup")))
+    return table.as_raw_html()
+
+
+def runs_table(runs: pl.DataFrame) -> str:
+    columns = ["source", "model", "device", "variant", "seed", "status", "epochs", "batch_size", "train_images",
+               "total_train_seconds", "warmup_epoch_seconds", "steady_epoch_seconds_median", "train_images_per_second",
+               "final_test_accuracy", "torch_threads", "data_source", "synthetic", "label"]
+    frame = runs.select(columns).with_columns(pl.col("label").fill_null(""))
+    return (GT(frame)
+            .fmt_number(columns=["total_train_seconds", "warmup_epoch_seconds", "steady_epoch_seconds_median"], decimals=2)
+            .fmt_number(columns="train_images_per_second", decimals=0)
+            .fmt_percent(columns="final_test_accuracy", decimals=2)
+            .sub_missing(missing_text="—")
+            .as_raw_html())
+
+
+def fits_table(fits: pl.DataFrame) -> str:
+    frame = fits.select("source", "variant", "fit", "points", "estimate", "estimate_se", "intercept", "intercept_se",
+                        "r2", "note").with_columns(pl.col("note").fill_null(""))
+    return (GT(frame).fmt_number(columns=["estimate", "estimate_se", "intercept", "intercept_se", "r2"], decimals=3)
+            .sub_missing(missing_text="—").as_raw_html())
+
+
+def environments(runs: pl.DataFrame) -> str:
+    cols = ["source", "host", "device", "cpu_model", "cpu_logical_cores", "torch_threads", "gpu_name", "gpu_driver",
+            "torch_version", "cuda_version", "cudnn_version"]
+    frame = runs.select(cols).unique().sort(["source", "host", "device", "torch_threads"])
+    return GT(frame).sub_missing(missing_text="—").as_raw_html()
+
+
+def warnings(tables: dict) -> list[str]:
+    runs, speedup = tables["runs"], tables["speedup"]
+    out = []
+    synthetic = runs.filter(pl.col("synthetic"))
+    if not synthetic.is_empty():
+        out.append(f"{synthetic.height} run(s) used SYNTHETIC data ({', '.join(sorted(set(synthetic['source'])))}): "
+                   "their timings are real, their accuracies say nothing about CIFAR-10.")
+    for r in runs.filter(pl.col("status") == "not_measured").iter_rows(named=True):
+        out.append(f"{r['source']}: {r['model']} on {r['device']} ({r['variant']}, seed {r['seed']}) was not measured: "
+                   f"{r['not_measured_reason']}")
+    for o in tables.get("overlapping_runs", []):
+        out.append(f"{o['source']} on {o['host']}: timing runs overlapped in time ({' and '.join(o['runs'])}); "
+                   "both timings may be distorted.")
+    for r in speedup.filter(pl.col("accuracy_parity") == False).iter_rows(named=True):  # noqa: E712
+        out.append(f"{r['source']}: {r['model']} ({r['variant']}) accuracy differs between CPU and GPU by "
+                   f"{r['accuracy_difference']:+.2%}, beyond the tolerance.")
+    for r in speedup.filter(pl.col("protocol_mismatch")).iter_rows(named=True):
+        out.append(f"{r['source']}: {r['model']} ({r['variant']}): CPU and GPU runs differ in epochs or data size; "
+                   "the speedup compares seconds per epoch.")
+    extrapolated = runs.filter(pl.col("extrapolated"))
+    if not extrapolated.is_empty():
+        out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")
+    for s in tables.get("skipped_records", []):
+        out.append(f"skipped record {s['path']}: {s['reason']}")
+    return out
+
+
+def provenance(runs: pl.DataFrame, params_files: list[Path]) -> dict:
+    return {
+        "params": [{"path": str(p), "text": Path(p).read_text()} for p in params_files],
+        "commits": sorted({c for c in runs["git_commit"].to_list() if c}),
+        "data": runs.select("source", "data_source", "manifest_sha256", "train_images", "test_images").unique()
+        .sort("source").to_dicts(),
+        "records": runs.select("record_path", "record_sha256").sort("record_path").to_dicts(),
+    }
+
+
+def _script_json(value) -> str:
+    """JSON safe inside <script type="application/json">: no '<' can close the element."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path], vega_bundle: str | None = None) -> str:
+    import vl_convert
+
+    specs = {name: json.loads((Path(chart_dir) / f"{name}.vl.json").read_text()) for name in charts.CHART_NAMES}
+    env = jinja2.Environment(loader=jinja2.PackageLoader("gpuscale", "templates"),
+                             autoescape=jinja2.select_autoescape(default=True), undefined=jinja2.StrictUndefined)
+    template = env.get_template("report.html.j2")
+    summary = tables.get("fit_summary", {})
+    return template.render(
+        title=config["report"]["title"],
+        label=config["study"].get("label"),
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        paper=paper, warnings=warnings(tables),
+        headline=jinja2.utils.markupsafe.Markup(headline(tables["speedup"])),
+        verdicts=[(group, fit["verdict"]) for group, fit in summary.items()],
+        fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
+        charts=[{"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
+                for n in charts.CHART_NAMES],
+        runs=jinja2.utils.markupsafe.Markup(runs_table(tables["runs"])),
+        environments=jinja2.utils.markupsafe.Markup(environments(tables["runs"])),
+        provenance=provenance(tables["runs"], params_files),
+        sources=tables.get("sources", {}),
+        vega_bundle=jinja2.utils.markupsafe.Markup(vega_bundle or vl_convert.javascript_bundle()),
+    )
+
+
+def run(tables_dir: Path, chart_dir: Path, out: Path, config: dict, params_files: list[Path]) -> Path:
+    html = render(aggregate.read_tables(tables_dir), chart_dir, config, params_files)
+    fsutil.write_text(out, html)
+    log.info("report -> %s", out)
+    return out

@@ -1,0 +1,115 @@
+import json
+
+import polars as pl
+import pytest
+
+import records
+from gpuscale import aggregate
+
+
+def run(tmp_path, paths, reference=(), **kwargs):
+    return aggregate.run(paths, list(reference), tmp_path / "tables", tmp_path / "metrics.json", 0.02, **kwargs)
+
+
+SPEEDUPS = {"simplecnn": 2.0, "resnet18": 7.5, "resnet50": 40.0}
+CPU = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
+
+
+def test_speedups_and_accuracy_differences_have_known_values(tmp_path):
+    paths = records.study(tmp_path / "runs", SPEEDUPS, CPU, accuracy_gap=0.01)
+    out = run(tmp_path, paths)
+    speedup = out["speedup"]
+    assert speedup["model"].to_list() == ["simplecnn", "resnet18", "resnet50"]  # sorted by parameters
+    assert speedup["speedup"].to_list() == pytest.approx([2.0, 7.5, 40.0])
+    assert speedup["steady_speedup"].to_list() == pytest.approx([2.0, 7.5, 40.0])
+    assert speedup["cpu_seconds"].to_list() == pytest.approx([24.0, 90.0, 1000.0])
+    assert speedup["accuracy_difference"].to_list() == pytest.approx([0.01] * 3)
+    assert speedup["accuracy_parity"].to_list() == [True] * 3
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["speedup"]["this host/paper/resnet50"] == pytest.approx(40.0)
+
+
+def test_accuracy_gap_beyond_tolerance_is_flagged(tmp_path):
+    paths = records.study(tmp_path / "runs", {"resnet18": 5.0}, CPU, accuracy_gap=0.05)
+    assert run(tmp_path, paths)["speedup"]["accuracy_parity"].to_list() == [False]
+
+
+def test_gpu_not_measured_keeps_the_cpu_side_and_the_reason(tmp_path):
+    cpu = records.write(tmp_path / "runs", records.make("resnet18", "cpu", [10.0, 9.0]))
+    gpu = records.write(tmp_path / "runs", records.make("resnet18", "cuda", [1.0], status="not_measured"))
+    row = run(tmp_path, [cpu, gpu])["speedup"].row(0, named=True)
+    assert row["cpu_seconds"] == pytest.approx(19.0)
+    assert row["gpu_seconds"] is None and row["speedup"] is None
+    assert "no CUDA GPU" in row["gpu_not_measured_reason"]
+
+
+def test_seeds_are_summarised_by_the_median(tmp_path):
+    paths = [records.write(tmp_path / "runs", records.make("simplecnn", "cpu", [s, s], seed=i))
+             for i, s in enumerate([10.0, 12.0, 30.0])]
+    paths.append(records.write(tmp_path / "runs", records.make("simplecnn", "cuda", [2.0, 2.0])))
+    row = run(tmp_path, paths)["speedup"].row(0, named=True)
+    assert row["speedup"] == pytest.approx(6.0) and row["cpu_seeds"] == 3
+
+
+def test_reference_records_are_never_paired_with_this_hosts(tmp_path):
+    local = [records.write(tmp_path / "runs", records.make("resnet18", "cpu", [100.0, 100.0]))]
+    ref = tmp_path / "reference" / "bigbox"
+    records.write(ref / "runs", records.make("resnet18", "cuda", [2.0, 2.0], host="bigbox"))
+    records.write(ref / "runs", records.make("resnet18", "cpu", [20.0, 20.0], host="bigbox"))
+    speedup = run(tmp_path, local, reference=[ref])["speedup"]
+    by_source = {r["source"]: r for r in speedup.iter_rows(named=True)}
+    assert by_source["reference: bigbox"]["speedup"] == pytest.approx(10.0)
+    assert by_source["this host"]["speedup"] is None
+
+
+def test_fits_need_three_models_and_then_recover_the_exponent(tmp_path):
+    two = records.study(tmp_path / "a", {"simplecnn": 2.0, "resnet18": 7.0}, CPU)
+    fits = run(tmp_path, two)["fits"].filter(pl.col("source") == "this host")
+    assert not fits["ok"].any() and fits["note"].str.contains("at least 3").all()
+
+    exponent = 0.5
+    speedups = {m: (p / 1e5) ** exponent for m, p in records.PARAMS.items()}
+    three = records.study(tmp_path / "b", speedups, CPU)
+    fits = run(tmp_path, three)["fits"].filter((pl.col("source") == "this host") & pl.col("fit").str.contains("parameters"))
+    assert fits["ok"].to_list() == [True]
+    assert fits["estimate"][0] == pytest.approx(exponent)
+
+
+def test_rerun_on_same_records_changes_no_byte(tmp_path):
+    paths = records.study(tmp_path / "runs", SPEEDUPS, CPU)
+    run(tmp_path, paths)
+    first = {p.name: p.read_bytes() for p in (tmp_path / "tables").iterdir()}
+    run(tmp_path, paths)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "tables").iterdir()} == first
+
+
+def test_truncated_record_stops_aggregation_naming_the_file(tmp_path):
+    paths = records.study(tmp_path / "runs", {"resnet18": 5.0}, CPU)
+    paths[0].write_text(paths[0].read_text()[:50])
+    with pytest.raises(aggregate.AggregateError, match=str(paths[0])):
+        run(tmp_path, paths)
+
+
+def test_bad_records_can_be_skipped_and_are_listed(tmp_path):
+    paths = records.study(tmp_path / "runs", {"resnet18": 5.0}, CPU)
+    paths[0].write_text("{}")
+    out = run(tmp_path, paths, skip_bad=True)
+    assert [s["path"] for s in out["skipped_records"]] == [str(paths[0])]
+    assert out["runs"].height == 1
+
+
+def test_two_records_for_one_key_are_an_error(tmp_path):
+    rec = records.make("resnet18", "cpu", [1.0])
+    a = records.write(tmp_path / "a", rec)
+    b = records.write(tmp_path / "b", rec)
+    with pytest.raises(aggregate.AggregateError, match="two records"):
+        run(tmp_path, [a, b])
+
+
+def test_overlapping_timing_runs_on_one_host_are_found(tmp_path):
+    a = records.write(tmp_path / "r", records.make("resnet18", "cpu", [1.0], started="2026-01-01T00:00:00+00:00",
+                                                  finished="2026-01-01T00:10:00+00:00"))
+    b = records.write(tmp_path / "r", records.make("resnet18", "cuda", [1.0], started="2026-01-01T00:05:00+00:00",
+                                                  finished="2026-01-01T00:06:00+00:00"))
+    found = run(tmp_path, [a, b])["overlapping_runs"]
+    assert len(found) == 1 and "resnet18/cpu/paper/seed0" in found[0]["runs"]

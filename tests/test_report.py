@@ -1,0 +1,88 @@
+"""The report: built from hand-written records (labelled as such), checked as text and in a real Chromium."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import records
+from conftest import REPO
+from gpuscale import aggregate, charts, params, report
+
+INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("report")
+    paths = records.study(tmp / "runs", {"simplecnn": 2.0, "resnet18": 7.5, "resnet50": 40.0},
+                          {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}, accuracy_gap=0.005,
+                          label=f"hand-written test record {INJECTION}")
+    paths.append(records.write(tmp / "runs", records.make("resnet18", "mps", [1.0], status="not_measured")))
+    config = params.load([REPO / "params.yaml"])
+    config["study"]["label"] = f"test study {INJECTION}"
+    config["report"]["title"] = f"Report {INJECTION}"
+    params_file = tmp / "params.yaml"
+    params_file.write_text(yaml.safe_dump(config))
+    aggregate.run(paths, [], tmp / "tables", tmp / "metrics.json", 0.02)
+    charts.run(tmp / "tables", tmp / "charts", 0.02)
+    report.run(tmp / "tables", tmp / "charts", tmp / "index.html", config, [params_file])
+    return tmp
+
+
+def test_report_has_every_section_and_escapes_text(built):
+    html = (built / "index.html").read_text()
+    for section in ("headline", "fits", "charts", "runs", "environment", "provenance"):
+        assert f'id="{section}"' in html
+    assert "window.__pwned" in html  # the text is there ...
+    assert "<script>window.__pwned" not in html and "<img src=x" not in html  # ... but never as markup
+    assert "not measured" in html and "no CUDA GPU on this host (test)" in html
+    assert "40.60×" in html  # the paper's figure, beside ours
+    assert html.count("vegaEmbed=") + html.count("vegaEmbed =") >= 1
+
+
+def test_vega_libraries_are_inlined_once(built):
+    html = (built / "index.html").read_text()
+    assert html.count("<script>") == 2  # the bundle, then the loader
+    assert 'src="http' not in html and "href=\"http" not in html
+
+
+def test_every_chart_exists_as_offline_html_and_svg(built):
+    for name in charts.CHART_NAMES:
+        assert (built / "charts" / f"{name}.svg").read_text().lstrip().startswith("<svg")
+        page = (built / "charts" / f"{name}.html").read_text()
+        assert 'src="http' not in page
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (make test installs it with apt)")
+def test_report_renders_in_chromium_offline_without_errors_or_injection(built):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    errors, requests = [], []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((built / "index.html").as_uri())
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('div.vega')].every(d => d.querySelector('svg'))", timeout=30_000)
+        marks = page.evaluate("""() => [...document.querySelectorAll('div.vega')].map(d => [d.id,
+            d.querySelectorAll('g[class*="mark-"] path, g[class*="mark-"] text, g[class*="mark-"] line').length])""")
+        pwned = page.evaluate("() => window.__pwned === undefined")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        browser.close()
+    assert len(marks) == len(charts.CHART_NAMES)
+    assert all(count > 0 for _, count in marks), marks
+    assert errors == []
+    assert [u for u in requests if not u.startswith(("file:", "data:", "blob:", "about:"))] == []
+    assert pwned

@@ -1,0 +1,68 @@
+rule aggregate:
+    input:
+        records=all_records(),
+        reference=reference_records(),
+        code=CODE["aggregate"],
+    output:
+        runs="results/tables/runs.csv",
+        runs_parquet="results/tables/runs.parquet",
+        epochs="results/tables/epochs.csv",
+        epochs_parquet="results/tables/epochs.parquet",
+        speedup=report("results/tables/speedup.csv", caption="../report/speedup.rst", category="Tables"),
+        fits="results/tables/fits.csv",
+        notes="results/tables/notes.json",
+        metrics="results/metrics.json",
+    params:
+        study=lambda wildcards: config["study"],
+        report=lambda wildcards: config["report"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/aggregate.log",
+    message:
+        "Aggregating run records into tables"
+    shell:
+        "gpuscale aggregate {params.params_args} --out results/tables --metrics {output.metrics} --log {log}"
+
+
+rule charts:
+    input:
+        speedup=rules.aggregate.output.speedup,
+        fits=rules.aggregate.output.fits,
+        runs=rules.aggregate.output.runs_parquet,
+        epochs=rules.aggregate.output.epochs_parquet,
+        notes=rules.aggregate.output.notes,
+        code=CODE["charts"],
+    output:
+        charts=report(directory("reports/charts"), patterns=["{name}.svg"], caption="../report/charts.rst",
+                      category="Charts"),
+    params:
+        report=lambda wildcards: config["report"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/charts.log",
+    message:
+        "Drawing the charts"
+    shell:
+        "gpuscale charts {params.params_args} --tables results/tables --out {output.charts} --log {log}"
+
+
+rule report:
+    input:
+        charts=rules.charts.output.charts,
+        speedup=rules.aggregate.output.speedup,
+        fits=rules.aggregate.output.fits,
+        runs=rules.aggregate.output.runs_parquet,
+        epochs=rules.aggregate.output.epochs_parquet,
+        notes=rules.aggregate.output.notes,
+        code=CODE["report"],
+    output:
+        html=report("reports/index.html", caption="../report/index.rst", category="Report"),
+    params:
+        report=lambda wildcards: config["report"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/report.log",
+    message:
+        "Writing the HTML report"
+    shell:
+        "gpuscale report {params.params_args} --tables results/tables --charts {input.charts} --out {output.html} --log {log}"
