@@ -62,3 +62,20 @@ def test_registry_is_torch_free_to_list():
     code = "import sys, gpuscale.models, gpuscale.params; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("resnet34", 21_289_802),
+    ("resnet101", 42_520_650),
+    ("resnet152", 58_164_298),
+    ("vit_tiny_p4", 2_693_578),
+    ("simplecnn_half", 139_514),
+    ("simplecnn_double", 2_210_762),
+])
+def test_scale_models_parameter_counts(name, expected):
+    assert count(name) == expected
+
+
+def test_registry_spans_the_scale_for_fits():
+    sizes = sorted(count(name) for name in models.MODEL_NAMES)
+    assert len(sizes) >= 8 and sizes[0] < 200_000 and sizes[-1] > 50_000_000

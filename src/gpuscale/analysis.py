@@ -52,8 +52,12 @@ def scaling_fit(size, speedup) -> dict:
 def compare_predictors(fits: dict[str, dict]) -> str:
     """One plain sentence on which predictor of speedup fits better, by R^2 of the log-log fit."""
     usable = {name: f for name, f in fits.items() if f.get("ok")}
-    if len(usable) < 2:
-        return "Not enough models measured on both devices to compare predictors."
+    if len(usable) == 1:
+        (name, fit), = usable.items()
+        return (f"Only {name} could be fitted (R² {fit['r2']:.2f}, exponent {fit['exponent']:.2f} ± "
+                f"{fit['exponent_se']:.2f}); no second predictor to compare.")
+    if not usable:
+        return "Not enough models measured on both devices to fit or compare predictors (3 or more needed)."
     ranked = sorted(usable.items(), key=lambda item: item[1]["r2"], reverse=True)
     (best, fb), (other, fo) = ranked[0], ranked[1]
     return (f"Speedup follows {best} (R² {fb['r2']:.2f}, exponent {fb['exponent']:.2f} ± {fb['exponent_se']:.2f}) "

@@ -42,6 +42,12 @@ def torchvision_resnet(arch: str, num_classes: int, cifar_stem: bool) -> nn.Modu
     return model
 
 
+def small_vit(num_classes: int) -> nn.Module:
+    """A ViT sized for 32x32 inputs: 4x4 patches (64 tokens + class token), 6 layers, 3 heads, width 192."""
+    return torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=6, num_heads=3,
+                                                hidden_dim=192, mlp_dim=768, num_classes=num_classes)
+
+
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

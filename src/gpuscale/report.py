@@ -76,6 +76,7 @@ def headline(speedup: pl.DataFrame) -> str:
              .fmt_number(columns=["cpu s/epoch", "gpu s/epoch"], decimals=2)
              .fmt_number(columns=["speedup", "steady speedup"], decimals=2, pattern="{x}×")
              .fmt_percent(columns=["cpu accuracy", "gpu accuracy"], decimals=2)
+             .sub_missing(columns="steady speedup", missing_text="n/a (needs 2+ epochs on both)")
              .sub_missing(missing_text="not measured")
              .tab_style(style.text(weight="bold"), loc.body(columns="speedup")))
     return table.as_raw_html()
