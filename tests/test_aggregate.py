@@ -113,3 +113,32 @@ def test_overlapping_timing_runs_on_one_host_are_found(tmp_path):
                                                   finished="2026-01-01T00:06:00+00:00"))
     found = run(tmp_path, [a, b])["overlapping_runs"]
     assert len(found) == 1 and "resnet18/cpu/paper/seed0" in found[0]["runs"]
+
+
+def test_bootstrap_interval_over_seeds_brackets_the_speedup(tmp_path):
+    paths = []
+    for seed, (cpu, gpu) in enumerate([(10.0, 1.0), (11.0, 1.1), (12.0, 0.9)]):
+        paths.append(records.write(tmp_path / "r", records.make("resnet18", "cpu", [cpu, cpu], seed=seed)))
+        paths.append(records.write(tmp_path / "r", records.make("resnet18", "cuda", [gpu, gpu], seed=seed)))
+    row = run(tmp_path, paths)["speedup"].row(0, named=True)
+    assert row["speedup"] == pytest.approx(11.0)
+    assert row["speedup_ci_low"] <= row["speedup"] <= row["speedup_ci_high"]
+    assert row["speedup_ci_low"] >= 10.0 / 1.1 - 1e-9 and row["speedup_ci_high"] <= 12.0 / 0.9 + 1e-9
+    single = records.study(tmp_path / "s", {"resnet18": 5.0}, CPU)
+    assert run(tmp_path / "x", single)["speedup"]["speedup_ci_low"].to_list() == [None]
+
+
+def test_phase_shares_become_seconds_of_a_steady_epoch(tmp_path):
+    rec = records.make("simplecnn", "cuda", [3.0, 2.0, 2.0])
+    rec["phase_profile"] = {
+        "steps": 10, "clock": "test", "phase_sum_seconds_per_step": 0.01, "instrumented_step_seconds": 0.011,
+        "clean_step_seconds": 0.01, "overhead_fraction": 0.1,
+        "phase_seconds_per_step": {"data_wait": 0.004, "host_to_device": 0.001, "forward": 0.002,
+                                   "backward": 0.002, "optimizer": 0.001},
+        "phase_fractions": {"data_wait": 0.4, "host_to_device": 0.1, "forward": 0.2, "backward": 0.2, "optimizer": 0.1},
+    }
+    rec["schema_version"] = 2
+    path = records.write(tmp_path / "r", rec)
+    phases = run(tmp_path, [path])["phases"]
+    by_phase = dict(zip(phases["phase"], phases["seconds_per_epoch"]))
+    assert by_phase["data_wait"] == pytest.approx(0.8) and sum(by_phase.values()) == pytest.approx(2.0)

@@ -107,3 +107,44 @@ def test_record_schema_rejects_a_not_measured_record_with_a_timing(prepared, tmp
 def test_device_slugs():
     assert str(train.torch_device("cuda-2")) == "cuda:2"
     assert str(train.torch_device("cpu")) == "cpu"
+
+
+def test_phase_profile_splits_a_step_and_its_phases_add_up(prepared, tmp_path):
+    settings = tiny_settings(epochs=2)
+    settings["train"]["phase_profile_steps"] = 6
+    train.run(settings, prepared, tmp_path / "p.json", threads=1)
+    profile = record.load(tmp_path / "p.json")["phase_profile"]
+    assert profile["steps"] == 6
+    phases = profile["phase_seconds_per_step"]
+    assert set(phases) == set(train.PHASES)
+    assert all(v > 0 for k, v in phases.items() if k != "host_to_device")
+    # the phases cover the instrumented step: what is left is loop bookkeeping
+    assert 0.8 * profile["instrumented_step_seconds"] <= profile["phase_sum_seconds_per_step"] <= profile["instrumented_step_seconds"]
+    assert sum(profile["phase_fractions"].values()) == pytest.approx(1.0)
+    assert profile["clean_step_seconds"] > 0
+
+
+def test_energy_is_marked_unavailable_with_a_reason(prepared, tmp_path):
+    train.run(tiny_settings(epochs=1), prepared, tmp_path / "e.json", threads=1)
+    rec = record.load(tmp_path / "e.json")
+    gpu, cpu = rec["energy"]["gpu"], rec["energy"]["cpu"]
+    assert gpu == {"available": False, "source": "none", "reason": "no GPU in this run",
+                   "joules_per_epoch": None, "images_per_joule": None}
+    from gpuscale import energy
+
+    if not energy.RaplMeter().available:
+        assert cpu["available"] is False and cpu["reason"] and cpu["joules_per_epoch"] is None
+    else:
+        assert cpu["joules_per_epoch"] > 0
+
+
+def test_sampled_epoch_is_marked_extrapolated_and_counts_the_whole_epoch(prepared, tmp_path):
+    settings = tiny_settings(epochs=2)
+    settings["train"].update(max_steps_per_epoch=3, sample_warmup_steps=1)
+    train.run(settings, prepared, tmp_path / "s.json", threads=1)
+    rec = record.load(tmp_path / "s.json")
+    assert rec["timing"]["extrapolated"] is True
+    for epoch in rec["epochs"]:
+        assert epoch["extrapolated"] and epoch["measured_steps"] == 3 and epoch["steps"] == 7
+        assert epoch["train_images"] == 200
+        assert epoch["train_seconds"] > epoch["measured_seconds"]

@@ -73,7 +73,9 @@ RUN_SCHEMA = {
     "total_train_seconds": pl.Float64, "epoch_seconds_mean": pl.Float64, "warmup_epoch_seconds": pl.Float64,
     "steady_epoch_seconds_median": pl.Float64, "total_eval_seconds": pl.Float64,
     "train_images_per_second": pl.Float64, "steady_images_per_second": pl.Float64, "extrapolated": pl.Boolean,
-    "final_test_accuracy": pl.Float64, "started_at": pl.String, "finished_at": pl.String,
+    "final_test_accuracy": pl.Float64, "gpu_joules_per_epoch": pl.Float64, "cpu_joules_per_epoch": pl.Float64,
+    "gpu_images_per_joule": pl.Float64, "energy_note": pl.String, "phase_overhead_fraction": pl.Float64,
+    "started_at": pl.String, "finished_at": pl.String,
     "record_path": pl.String, "record_sha256": pl.String,
 }
 EPOCH_SCHEMA = {
@@ -111,10 +113,46 @@ def runs_frame(loaded) -> pl.DataFrame:
             "steady_images_per_second": timing.get("steady_images_per_second"),
             "extrapolated": timing.get("extrapolated", False),
             "final_test_accuracy": quality.get("final_test_accuracy"),
+            **energy_columns(rec.get("energy")),
+            "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
             "started_at": rec["started_at"], "finished_at": rec["finished_at"],
             "record_path": str(path), "record_sha256": _sha256(path),
         })
     return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
+
+
+def energy_columns(energy: dict | None) -> dict:
+    if not energy:
+        return {"gpu_joules_per_epoch": None, "cpu_joules_per_epoch": None, "gpu_images_per_joule": None,
+                "energy_note": "not recorded (record schema 1 or not measured)"}
+    notes = [f"{k}: {v['reason']}" for k, v in energy.items() if not v["available"]]
+    return {"gpu_joules_per_epoch": energy["gpu"]["joules_per_epoch"], "cpu_joules_per_epoch": energy["cpu"]["joules_per_epoch"],
+            "gpu_images_per_joule": energy["gpu"]["images_per_joule"], "energy_note": "; ".join(notes)}
+
+
+PHASE_SCHEMA = {"source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
+                "phase": pl.String, "seconds_per_step": pl.Float64, "fraction": pl.Float64,
+                "seconds_per_epoch": pl.Float64, "overhead_fraction": pl.Float64, "profile_steps": pl.Int64}
+PHASE_ORDER = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
+
+
+def phases_frame(loaded) -> pl.DataFrame:
+    """Per run and phase: seconds per step, share of the step, and that share of a steady epoch."""
+    rows = []
+    for source, _, rec in loaded:
+        profile = rec.get("phase_profile")
+        if not profile:
+            continue
+        epochs = rec["epochs"]
+        steady = [e["train_seconds"] for e in (epochs[1:] or epochs)]
+        epoch_seconds = sorted(steady)[len(steady) // 2]
+        for phase in PHASE_ORDER:
+            fraction = profile["phase_fractions"][phase]
+            rows.append({"source": source, **rec["key"], "phase": phase,
+                         "seconds_per_step": profile["phase_seconds_per_step"][phase], "fraction": fraction,
+                         "seconds_per_epoch": fraction * epoch_seconds, "overhead_fraction": profile["overhead_fraction"],
+                         "profile_steps": profile["steps"]})
+    return pl.DataFrame(rows, schema=PHASE_SCHEMA).sort([*KEY_COLUMNS, "phase"])
 
 
 def epochs_frame(loaded) -> pl.DataFrame:
@@ -143,6 +181,7 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         pl.col("total_train_seconds").median(), pl.col("epoch_seconds_mean").median(),
         pl.col("steady_epoch_seconds_median").median(), pl.col("final_test_accuracy").median(),
         pl.col("epochs").first(), pl.col("train_images").first(),
+        pl.col("epoch_seconds_mean").alias("epoch_seconds_per_seed"),
     )
     cpu = per_device.filter(pl.col("device") == "cpu").drop("device", "gpu_name")
     gpu = per_device.filter(pl.col("device") != "cpu")
@@ -173,9 +212,16 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         (pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)).alias("extrapolated"),
         pl.col("seeds").alias("gpu_seeds"), pl.col("seeds_cpu").alias("cpu_seeds"),
         "gpu_not_measured_reason",
+        "epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu",
     ).with_columns(
         (pl.col("accuracy_difference").abs() <= tolerance).alias("accuracy_parity"),
     )
+    intervals = [analysis.bootstrap_ratio_ci(c or [], g or [])
+                 for c, g in zip(out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list())]
+    out = out.with_columns(
+        pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
+        pl.Series("speedup_ci_high", [hi for _, hi in intervals], dtype=pl.Float64),
+    ).drop("epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu")
     return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
 
 
@@ -277,9 +323,11 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     runs = runs_frame(loaded)
     epochs = epochs_frame(loaded)
     speedup = speedup_frame(runs, tolerance)
+    phases = phases_frame(loaded)
     fit_table, summary = fits(speedup)
     out_dir = Path(out_dir)
-    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table)):
+    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table),
+                        ("phases", phases)):
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)
     for name, frame in (("runs", runs), ("epochs", epochs)):
@@ -290,14 +338,14 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     fsutil.write_json(out_dir / "notes.json", extras)
     fsutil.write_json(metrics_path, metrics(speedup, summary))
     log.info("aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir)
-    return {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, **extras}
+    return {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, **extras}
 
 
 def read_tables(out_dir: Path) -> dict:
     """The tables and notes as the aggregation stage wrote them (for charts and the report)."""
     out_dir = Path(out_dir)
     tables = {name: pl.read_csv(out_dir / f"{name}.csv", infer_schema_length=None)
-              for name in ("speedup", "fits")}
+              for name in ("speedup", "fits", "phases")}
     tables["runs"] = pl.read_parquet(out_dir / "runs.parquet")
     tables["epochs"] = pl.read_parquet(out_dir / "epochs.parquet")
     tables.update(json.loads((out_dir / "notes.json").read_text()))

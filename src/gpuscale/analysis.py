@@ -91,3 +91,18 @@ def amdahl_speedup(p: float, n):
 def effective_units(p: float, acceleration: float) -> float:
     """Under T_gpu = s + T_cpu / k, a model with parallel fraction P runs as if on N = k * P units."""
     return acceleration * p
+
+
+def bootstrap_ratio_ci(numerator, denominator, resamples: int = 2000, level: float = 0.95, seed: int = 0):
+    """Percentile bootstrap interval of median(numerator) / median(denominator), resampling each side's seeds.
+
+    (None, None) when neither side has more than one value: one run per side gives no interval.
+    """
+    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if len(a) == 0 or len(b) == 0 or (len(a) < 2 and len(b) < 2):
+        return None, None
+    rng = np.random.default_rng(seed)
+    ratios = (np.median(rng.choice(a, size=(resamples, len(a))), axis=1)
+              / np.median(rng.choice(b, size=(resamples, len(b))), axis=1))
+    tail = (1 - level) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))

@@ -18,7 +18,8 @@ from gpuscale import aggregate, analysis, fsutil
 
 log = logging.getLogger("gpuscale.charts")
 
-CHART_NAMES = ("speedup_vs_parameters", "speedup_vs_flops", "amdahl", "epoch_seconds", "throughput", "accuracy")
+CHART_NAMES = ("speedup_vs_parameters", "speedup_vs_flops", "amdahl", "phases", "epoch_seconds", "throughput",
+               "accuracy")
 WIDTH, HEIGHT = 520, 320
 
 
@@ -56,11 +57,13 @@ def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name:
 def speedup_vs_size(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str,
                     with_paper: bool) -> alt.Chart:
     measured = speedup.filter(pl.col("speedup").is_not_null()).select(
-        "source", "variant", "model", column, "speedup", "cpu_epoch_seconds", "gpu_epoch_seconds", "gpu_name")
+        "source", "variant", "model", column, "speedup", "cpu_epoch_seconds", "gpu_epoch_seconds", "gpu_name",
+        "speedup_ci_low", "speedup_ci_high")
     if with_paper:
         paper_points = aggregate.paper_frame().select(
             "source", pl.lit("paper").alias("variant"), "model", column, "speedup", "cpu_epoch_seconds",
-            "gpu_epoch_seconds", pl.lit("NVIDIA GeForce RTX 3050").alias("gpu_name"))
+            "gpu_epoch_seconds", pl.lit("NVIDIA GeForce RTX 3050").alias("gpu_name"),
+            pl.lit(None, dtype=pl.Float64).alias("speedup_ci_low"), pl.lit(None, dtype=pl.Float64).alias("speedup_ci_high"))
         measured = pl.concat([measured, paper_points], how="vertical_relaxed")
     title = title + _suffix(speedup)
     if measured.is_empty():
@@ -73,6 +76,10 @@ def speedup_vs_size(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, titl
                  alt.Tooltip("speedup:Q", format=".2f"), alt.Tooltip("cpu_epoch_seconds:Q", format=".2f"),
                  alt.Tooltip("gpu_epoch_seconds:Q", format=".2f"), "gpu_name"])
     labels = points.mark_text(dx=8, dy=-8, align="left", fontSize=11).encode(text="model:N")
+    with_interval = measured.filter(pl.col("speedup_ci_low").is_not_null())
+    if not with_interval.is_empty():  # 95% bootstrap interval over seeds
+        labels = labels + alt.Chart(with_interval).mark_rule().encode(
+            x=x, y="speedup_ci_low:Q", y2="speedup_ci_high:Q", color="source:N")
     fit_name = "log speedup ~ log parameters" if column == "parameters" else "log speedup ~ log training FLOPs per image"
     lines = _fit_lines(speedup, fits, column, fit_name)
     layers = [points, labels]
@@ -162,6 +169,30 @@ def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
     return alt.layer(area, diagonal, points, labels).properties(title=title, width=WIDTH, height=HEIGHT)
 
 
+def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
+    """Stacked seconds per steady epoch by phase (from separate instrumented steps), per model and device."""
+    title = "Where a training epoch's time goes (phase shares from instrumented steps × steady epoch time)" + _suffix(runs)
+    if phase_table.is_empty():
+        return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
+    data = phase_table.group_by(["source", "model", "device", "variant", "phase"]).agg(
+        pl.col("seconds_per_epoch").median(), pl.col("fraction").median(), pl.col("overhead_fraction").median(),
+        pl.col("seconds_per_step").median())
+    order = list(aggregate.PHASE_ORDER)
+    data = data.with_columns((pl.col("source") + " · " + pl.col("variant")).alias("panel"),
+                             (pl.col("model") + " / " + pl.col("device")).alias("run"),
+                             pl.col("phase").replace_strict({p: i for i, p in enumerate(order)}).alias("phase_order"))
+    return alt.Chart(data).mark_bar().encode(
+        y=alt.Y("run:N", title="model / device"),
+        x=alt.X("seconds_per_epoch:Q", title="seconds per steady epoch", stack="zero"),
+        color=alt.Color("phase:N", sort=order, title="phase"),
+        order=alt.Order("phase_order:Q"),
+        row=alt.Row("panel:N", title=None),
+        tooltip=["source", "model", "device", "phase", alt.Tooltip("fraction:Q", format=".1%"),
+                 alt.Tooltip("seconds_per_epoch:Q", format=".3f"), alt.Tooltip("seconds_per_step:Q", format=".5f"),
+                 alt.Tooltip("overhead_fraction:Q", format=".1%", title="instrumentation overhead")],
+    ).properties(title=title, width=WIDTH, height=alt.Step(22))
+
+
 def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
     return {
@@ -171,6 +202,7 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
                                             "GPU speedup vs training FLOPs per image (log-log)",
                                             "training FLOPs per image (forward + backward)", with_paper=False),
         "amdahl": amdahl(speedup, fits),
+        "phases": phases(tables["phases"], runs),
         "epoch_seconds": by_device(runs, "epoch_seconds_mean", "Seconds per training epoch by model and device",
                                    "seconds per epoch (mean over epochs, median over seeds)"),
         "throughput": by_device(runs, "train_images_per_second", "Training throughput by model and device",

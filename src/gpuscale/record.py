@@ -14,7 +14,8 @@ from typing import Any
 
 from gpuscale import fsutil
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 KIND = "gpuscale.run"
 
 
@@ -31,8 +32,8 @@ def validate(record: dict, source: str = "record") -> None:
     try:
         import jsonschema
     except ImportError:  # bare GPU host; every consumer validates again on load
-        if record.get("schema_version") != SCHEMA_VERSION:
-            raise RecordError(f"{source}: schema_version is {record.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        if record.get("schema_version") not in READABLE_VERSIONS:
+            raise RecordError(f"{source}: schema_version is {record.get('schema_version')!r}, expected one of {READABLE_VERSIONS}")
         return
     validator = jsonschema.Draft7Validator(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))

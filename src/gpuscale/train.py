@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpuscale import data as data_stage
-from gpuscale import envinfo, nets, record
+from gpuscale import energy, envinfo, nets, record
 from gpuscale.models import MODELS
 
 log = logging.getLogger("gpuscale.train")
@@ -152,13 +152,23 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, criteri
     return loss_sum.item() / count, correct.item() / count
 
 
-def train_epoch(model, loader, device, criterion, optimizer, progress) -> dict:
-    """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync."""
+def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps: int | None = None,
+                sample_warmup_steps: int = 0) -> dict:
+    """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync.
+
+    With max_steps below the loader's length (the sampled protocol) only that many steps run; the epoch
+    time is then the measured time of the first `sample_warmup_steps` (loader start, warm-up) plus the
+    steady per-step time of the rest, times the steps left, and the epoch is marked extrapolated.
+    """
     model.train()
+    steps_per_epoch = len(loader)
+    sampled = max_steps is not None and max_steps < steps_per_epoch
+    warmup = min(sample_warmup_steps, max_steps - 1) if sampled else 0
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     images_seen = 0
     steps = 0
+    warm_seconds = 0.0
     synchronize(device)
     start = time.perf_counter()
     for images, labels in loader:
@@ -174,15 +184,93 @@ def train_epoch(model, loader, device, criterion, optimizer, progress) -> dict:
         images_seen += labels.numel()
         steps += 1
         progress(steps, images_seen, loss_sum, start)
+        if sampled and steps == warmup:
+            synchronize(device)
+            warm_seconds = time.perf_counter() - start
+        if sampled and steps >= max_steps:
+            break
     synchronize(device)
-    seconds = time.perf_counter() - start
+    measured_seconds = time.perf_counter() - start
+    seconds = measured_seconds
+    train_images = images_seen
+    if sampled:
+        per_step = (measured_seconds - warm_seconds) / (steps - warmup)
+        seconds = warm_seconds + per_step * (steps_per_epoch - warmup)
+        train_images = len(loader.dataset)
     return {
         "train_seconds": seconds,
-        "train_images": images_seen,
-        "steps": steps,
-        "images_per_second": images_seen / seconds if seconds > 0 else 0.0,
+        "train_images": train_images,
+        "steps": steps_per_epoch if sampled else steps,
+        "measured_steps": steps,
+        "measured_seconds": measured_seconds,
+        "extrapolated": sampled,
+        "images_per_second": train_images / seconds if seconds > 0 else 0.0,
         "train_loss": loss_sum.item() / max(images_seen, 1),
         "train_accuracy": correct.item() / max(images_seen, 1),
+    }
+
+
+PHASES = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
+
+
+def profile_phases(model, loader, device, criterion, optimizer, steps: int) -> dict:
+    """Where a training step's time goes, measured in separate instrumented steps.
+
+    The headline epochs stay clean: this pass synchronises the device at every step (CUDA events on
+    the GPU, perf_counter on the CPU), which itself costs time; `overhead_fraction` in the record
+    compares it with the clean per-step time.
+    """
+    model.train()
+    cuda = device.type == "cuda"
+    totals = dict.fromkeys(PHASES, 0.0)
+    done = 0
+    iterator = iter(loader)
+    synchronize(device)
+    wall_start = time.perf_counter()
+    while done < steps:
+        t0 = time.perf_counter()
+        try:
+            images, labels = next(iterator)
+        except StopIteration:
+            iterator = iter(loader)
+            continue
+        totals["data_wait"] += time.perf_counter() - t0
+        if cuda:
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+            clock = lambda i: marks[i].record()  # noqa: E731
+        else:
+            stamps = [0.0] * 5
+            clock = lambda i: stamps.__setitem__(i, time.perf_counter())  # noqa: E731
+        clock(0)
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        clock(1)
+        outputs = model(images)
+        loss = criterion(outputs, labels)
+        clock(2)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clock(3)
+        optimizer.step()
+        clock(4)
+        synchronize(device)
+        if cuda:
+            spans = [marks[i].elapsed_time(marks[i + 1]) / 1000.0 for i in range(4)]
+        else:
+            spans = [stamps[i + 1] - stamps[i] for i in range(4)]
+        for phase, span in zip(PHASES[1:], spans):
+            totals[phase] += span
+        done += 1
+    wall = time.perf_counter() - wall_start
+    per_step = {phase: total / done for phase, total in totals.items()}
+    phase_sum = sum(per_step.values())
+    return {
+        "steps": done,
+        "clock": "cuda events (data wait: perf_counter)" if cuda else "perf_counter",
+        "phase_seconds_per_step": per_step,
+        "phase_fractions": {phase: value / phase_sum for phase, value in per_step.items()},
+        "phase_sum_seconds_per_step": phase_sum,
+        "instrumented_step_seconds": wall / done,
     }
 
 
@@ -212,8 +300,23 @@ def summarize_timing(epochs: list[dict], setup_seconds: float, wall_seconds: flo
         "steady_images_per_second": steady_images / sum(steady) if steady and sum(steady) > 0 else None,
         "setup_seconds": setup_seconds,
         "wall_seconds": wall_seconds,
-        "extrapolated": False,
+        "extrapolated": any(e["extrapolated"] for e in epochs),
     }
+
+
+def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
+    out = {}
+    for name, meter in (("gpu", gpu_energy), ("cpu", cpu_energy)):
+        joules = [e["energy_joules"][name] for e in epochs]
+        info = meter.describe()
+        if info["available"] and all(j is not None for j in joules):
+            images = sum(e["train_images"] for e in epochs)
+            info.update(joules_per_epoch=statistics.fmean(joules), images_per_joule=images / sum(joules)
+                        if sum(joules) > 0 else None)
+        else:
+            info.update(joules_per_epoch=None, images_per_joule=None)
+        out[name] = info
+    return out
 
 
 def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None) -> dict:
@@ -255,6 +358,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         log.warning("device %s not measured: %s", settings["device"], reason)
         result = {**base, "status": "not_measured", "not_measured_reason": reason,
                   "environment": envinfo.capture(torch.device("cpu")), "timing": None, "epochs": [],
+                  "phase_profile": None, "energy": None,
                   "quality": None, "started_at": started_at, "finished_at": now_iso()}
         record.write(out, result)
         return result
@@ -272,6 +376,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     steps_per_epoch = len(train_loader)
     every = train_settings["log_every_steps"]
 
+    gpu_energy, cpu_energy = energy.gpu_meter(device), energy.cpu_meter()
     epochs: list[dict] = []
     setup_seconds = time.perf_counter() - wall_start
     for epoch in range(1, epochs_total + 1):
@@ -283,11 +388,18 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
                          step, steps_per_epoch, loss, rate)
 
         learning_rate = optimizer.param_groups[0]["lr"]
+        joules_before = (gpu_energy.read(), cpu_energy.read())
         try:
-            stats = train_epoch(model, train_loader, device, criterion, optimizer, progress)
+            stats = train_epoch(model, train_loader, device, criterion, optimizer, progress,
+                                max_steps=train_settings["max_steps_per_epoch"],
+                                sample_warmup_steps=train_settings["sample_warmup_steps"])
         except torch.OutOfMemoryError:
             raise TrainError(f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
                              f"lower train.batch_size or models.{settings['model']}.batch_size") from None
+        joules = [None if a is None else b - a for a, b in zip(joules_before, (gpu_energy.read(), cpu_energy.read()))]
+        if stats["extrapolated"]:
+            joules = [None if j is None else j * stats["train_seconds"] / stats["measured_seconds"] for j in joules]
+        stats["energy_joules"] = {"gpu": joules[0], "cpu": joules[1]}
         if scheduler is not None:
             scheduler.step()
         synchronize(device)
@@ -301,6 +413,17 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
                  tag, epoch, epochs_total, stats["train_seconds"], stats["images_per_second"], stats["train_loss"],
                  100 * test_accuracy, eval_seconds)
 
+    phase_profile = None
+    if train_settings["phase_profile_steps"]:
+        phase_profile = profile_phases(model, train_loader, device, criterion, optimizer,
+                                       train_settings["phase_profile_steps"])
+        steady = epochs[1:] or epochs
+        clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
+        phase_profile["clean_step_seconds"] = clean
+        phase_profile["overhead_fraction"] = phase_profile["instrumented_step_seconds"] / clean - 1.0
+        log.info("%s phases per step: %s (instrumented step %.4f s vs clean %.4f s)", tag,
+                 ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in phase_profile["phase_seconds_per_step"].items()),
+                 phase_profile["instrumented_step_seconds"], clean)
     clock = "perf_counter after torch.cuda.synchronize" if device.type == "cuda" else "perf_counter"
     result = {
         **base,
@@ -309,6 +432,8 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         "environment": environment,
         "timing": summarize_timing(epochs, setup_seconds, time.perf_counter() - wall_start, clock),
         "epochs": epochs,
+        "phase_profile": phase_profile,
+        "energy": energy_summary(epochs, gpu_energy, cpu_energy),
         "quality": {
             "final_test_accuracy": epochs[-1]["test_accuracy"],
             "final_test_loss": epochs[-1]["test_loss"],

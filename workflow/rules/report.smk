@@ -10,6 +10,7 @@ rule aggregate:
         epochs_parquet="results/tables/epochs.parquet",
         speedup=report("results/tables/speedup.csv", caption="../report/speedup.rst", category="Tables"),
         fits="results/tables/fits.csv",
+        phases="results/tables/phases.csv",
         notes="results/tables/notes.json",
         metrics="results/metrics.json",
     params:
@@ -28,6 +29,7 @@ rule charts:
     input:
         speedup=rules.aggregate.output.speedup,
         fits=rules.aggregate.output.fits,
+        phases=rules.aggregate.output.phases,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
@@ -51,6 +53,7 @@ rule report:
         charts=rules.charts.output.charts,
         speedup=rules.aggregate.output.speedup,
         fits=rules.aggregate.output.fits,
+        phases=rules.aggregate.output.phases,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
