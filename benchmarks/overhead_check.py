@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -63,7 +64,7 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
     bare_epoch(model, loaders["bare"], device, criterion, optimizer)  # warm-up
-    for _ in range(2):
+    for _ in range(args.rounds):
         for loader_name, loop_name in itertools.product(loaders, loops):
             seconds = loops[loop_name](model, loaders[loader_name], device, criterion, optimizer)
             print(json.dumps({"loader": loader_name, "loop": loop_name, "seconds": round(seconds, 3),

@@ -164,8 +164,10 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     steps_per_epoch = len(loader)
     sampled = max_steps is not None and max_steps < steps_per_epoch
     warmup = min(sample_warmup_steps, max_steps - 1) if sampled else 0
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.long)
+    # Per-step results stay on the device as scalars; summed once at the end (no host sync, fewest kernels).
+    losses: list[torch.Tensor] = []
+    corrects: list[torch.Tensor] = []
+    sizes: list[int] = []
     images_seen = 0
     steps = 0
     warm_seconds = 0.0
@@ -179,11 +181,12 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
         loss = criterion(outputs, labels)
         loss.backward()
         optimizer.step()
-        loss_sum += loss.detach() * labels.numel()
-        correct += (outputs.detach().argmax(1) == labels).sum()
-        images_seen += labels.numel()
+        losses.append(loss.detach())
+        corrects.append((outputs.detach().argmax(1) == labels).sum())
+        sizes.append(labels.numel())
+        images_seen += sizes[-1]
         steps += 1
-        progress(steps, images_seen, loss_sum, start)
+        progress(steps, images_seen, lambda: weighted_loss_sum(losses, sizes), start)
         if sampled and steps == warmup:
             synchronize(device)
             warm_seconds = time.perf_counter() - start
@@ -205,9 +208,15 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
         "measured_seconds": measured_seconds,
         "extrapolated": sampled,
         "images_per_second": train_images / seconds if seconds > 0 else 0.0,
-        "train_loss": loss_sum.item() / max(images_seen, 1),
-        "train_accuracy": correct.item() / max(images_seen, 1),
+        "train_loss": weighted_loss_sum(losses, sizes) / max(images_seen, 1),
+        "train_accuracy": torch.stack(corrects).sum().item() / max(images_seen, 1),
     }
+
+
+def weighted_loss_sum(losses: list[torch.Tensor], sizes: list[int]) -> float:
+    """Sum of per-batch mean losses times batch sizes (the last batch may be smaller); syncs the device."""
+    weights = torch.tensor(sizes, dtype=losses[0].dtype, device=losses[0].device)
+    return float((torch.stack(losses) * weights).sum())
 
 
 PHASES = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
@@ -382,7 +391,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     for epoch in range(1, epochs_total + 1):
         def progress(step, images_seen, loss_sum, start, epoch=epoch):
             if step % every == 0 or step == steps_per_epoch:
-                loss = loss_sum.item() / images_seen  # syncs, so only every `every` steps
+                loss = loss_sum() / images_seen  # syncs, so only every `every` steps
                 rate = images_seen / (time.perf_counter() - start)
                 log.info("%s epoch %d/%d step %d/%d loss %.4f %.0f img/s", tag, epoch, epochs_total,
                          step, steps_per_epoch, loss, rate)
