@@ -1,7 +1,7 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
-Reads every record through gpuscale.record.load(); writes results/tables/{runs,epochs,speedup,fits}.csv
-(runs and epochs also as Parquet) and results/metrics.json. Output is deterministic: rows sorted,
+Reads every record through gpuscale.record.load(); writes results/tables/{runs,epochs,speedup,fits,phases}
+as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json. Output is deterministic: rows sorted,
 columns in a fixed order, so rerunning on the same records changes no byte.
 """
 
@@ -22,6 +22,7 @@ log = logging.getLogger("gpuscale.aggregate")
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
 KEY_COLUMNS = ["source", "model", "device", "variant", "seed"]
+TABLES = ("runs", "epochs", "speedup", "fits", "phases")
 
 
 class AggregateError(RuntimeError):
@@ -330,7 +331,8 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
                         ("phases", phases)):
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)
-    for name, frame in (("runs", runs), ("epochs", epochs)):
+    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table),
+                        ("phases", phases)):
         with fsutil.atomic_path(out_dir / f"{name}.parquet") as tmp:
             frame.write_parquet(tmp, statistics=False)
     extras = {"skipped_records": skipped, "overlapping_runs": overlaps(runs), "fit_summary": _clean(summary),
@@ -344,9 +346,7 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
 def read_tables(out_dir: Path) -> dict:
     """The tables and notes as the aggregation stage wrote them (for charts and the report)."""
     out_dir = Path(out_dir)
-    tables = {name: pl.read_csv(out_dir / f"{name}.csv", infer_schema_length=None)
-              for name in ("speedup", "fits", "phases")}
-    tables["runs"] = pl.read_parquet(out_dir / "runs.parquet")
-    tables["epochs"] = pl.read_parquet(out_dir / "epochs.parquet")
+    # Parquet keeps the column types (a CSV of an all-empty column would come back as text).
+    tables = {name: pl.read_parquet(out_dir / f"{name}.parquet") for name in TABLES}
     tables.update(json.loads((out_dir / "notes.json").read_text()))
     return tables

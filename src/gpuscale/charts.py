@@ -43,7 +43,8 @@ def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name:
         if fit["source"] == aggregate.PAPER_SOURCE:
             sizes = aggregate.paper_frame()[column] if column in aggregate.paper_frame().columns else None
         else:
-            sizes = speedup.filter((pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"]))[column]
+            sizes = speedup.filter((pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"])
+                                   & pl.col("speedup").is_not_null())[column]
         if sizes is None or sizes.len() == 0:
             continue
         for x in np.geomspace(sizes.min(), sizes.max(), 20):

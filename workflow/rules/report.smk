@@ -9,8 +9,11 @@ rule aggregate:
         epochs="results/tables/epochs.csv",
         epochs_parquet="results/tables/epochs.parquet",
         speedup=report("results/tables/speedup.csv", caption="../report/speedup.rst", category="Tables"),
+        speedup_parquet="results/tables/speedup.parquet",
         fits="results/tables/fits.csv",
+        fits_parquet="results/tables/fits.parquet",
         phases="results/tables/phases.csv",
+        phases_parquet="results/tables/phases.parquet",
         notes="results/tables/notes.json",
         metrics="results/metrics.json",
     params:
@@ -27,9 +30,9 @@ rule aggregate:
 
 rule charts:
     input:
-        speedup=rules.aggregate.output.speedup,
-        fits=rules.aggregate.output.fits,
-        phases=rules.aggregate.output.phases,
+        speedup=rules.aggregate.output.speedup_parquet,
+        fits=rules.aggregate.output.fits_parquet,
+        phases=rules.aggregate.output.phases_parquet,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
@@ -51,9 +54,9 @@ rule charts:
 rule report:
     input:
         charts=rules.charts.output.charts,
-        speedup=rules.aggregate.output.speedup,
-        fits=rules.aggregate.output.fits,
-        phases=rules.aggregate.output.phases,
+        speedup=rules.aggregate.output.speedup_parquet,
+        fits=rules.aggregate.output.fits_parquet,
+        phases=rules.aggregate.output.phases_parquet,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,

@@ -1,0 +1,37 @@
+import polars as pl
+
+import records
+from gpuscale import aggregate, charts
+
+
+def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
+    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0, "resnet50": 12.0},
+                          {"simplecnn": 10.0, "resnet18": 40.0, "resnet50": 100.0})
+    out = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    speedup = out["speedup"].vstack(out["speedup"].head(1).with_columns(
+        pl.lit("resnet152").alias("model"), pl.lit(10**9, dtype=pl.Int64).alias("train_flops_per_image"),
+        pl.lit(None, dtype=pl.Float64).alias("speedup")))
+    lines = charts._fit_lines(speedup, out["fits"], "train_flops_per_image",
+                              "log speedup ~ log training FLOPs per image")
+    assert not lines.is_empty()
+    assert lines["train_flops_per_image"].max() <= max(records.FLOPS.values()) * 1.000001
+
+
+def test_too_few_models_draw_no_fit_for_that_source(tmp_path):
+    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0},
+                          {"simplecnn": 10.0, "resnet18": 40.0})
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    built = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)
+    amdahl = str(built["amdahl"].to_dict())
+    assert "this host" not in amdahl and "paper: RTX 3050" in amdahl  # the paper's 3 points fit; our 2 do not
+    flops = str(built["speedup_vs_flops"].to_dict())
+    assert "no fitted line: fewer than 3 models" in flops
+
+
+def test_charts_with_nothing_measured_say_so(tmp_path):
+    path = records.write(tmp_path / "runs", records.make("resnet18", "cuda", [1.0], status="not_measured"))
+    aggregate.run([path], [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    built = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)
+    assert "No model measured on both CPU and GPU yet" in str(built["speedup_vs_flops"].to_dict())
+    assert "No measured runs yet" in str(built["epoch_seconds"].to_dict())
+    assert "No phase profile" in str(built["phases"].to_dict())
