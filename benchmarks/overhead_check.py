@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bare_loop  # noqa: E402
 
 from gpuscale import data, params, train  # noqa: E402
+from gpuscale.loaders import host_loaders, paper_transforms  # noqa: E402
 
 
 def bare_epoch(model, loader, device, criterion, optimizer) -> float:
@@ -53,8 +54,8 @@ def main() -> None:
     device = torch.device(args.device)
     dataset, _, _ = data.load_prepared(args.data, verify=False)
     settings = params.train_settings(params.load([Path("params.yaml")]), args.model)
-    loaders = {"gpuscale": train.make_loaders(dataset, settings, device, 0)[0]}
-    tf = train.paper_transforms(settings)[0]
+    loaders = {"gpuscale": host_loaders(dataset, settings, device, 0)[0]}
+    tf = paper_transforms(settings)[0]
     labels = np.load(f"{args.data}/train_labels.npy")
     images = np.load(f"{args.data}/train_images.npy", mmap_mode="r")
     loaders["bare"] = torch.utils.data.DataLoader(bare_loop.Images(images, labels, tf), batch_size=128, shuffle=True,

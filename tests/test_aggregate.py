@@ -142,3 +142,15 @@ def test_phase_shares_become_seconds_of_a_steady_epoch(tmp_path):
     phases = run(tmp_path, [path])["phases"]
     by_phase = dict(zip(phases["phase"], phases["seconds_per_epoch"]))
     assert by_phase["data_wait"] == pytest.approx(0.8) and sum(by_phase.values()) == pytest.approx(2.0)
+
+
+def test_variant_gains_split_hardware_from_usage(tmp_path):
+    paths = [records.write(tmp_path / "r", records.make("resnet18", "cpu", [40.0, 40.0])),
+             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0])),
+             records.write(tmp_path / "r", records.make("resnet18", "cpu", [20.0, 20.0], variant="tuned")),
+             records.write(tmp_path / "r", records.make("resnet18", "cuda", [1.0, 1.0], variant="tuned"))]
+    out = run(tmp_path, paths)
+    gains = {r["device"]: r["gain"] for r in out["gains"].iter_rows(named=True)}
+    assert gains == {"cpu": pytest.approx(2.0), "cuda": pytest.approx(4.0)}
+    speedups = {r["variant"]: r["speedup"] for r in out["speedup"].iter_rows(named=True)}
+    assert speedups == {"paper": pytest.approx(10.0), "tuned": pytest.approx(20.0)}

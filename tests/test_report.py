@@ -37,7 +37,7 @@ def built(tmp_path_factory) -> Path:
 
 def test_report_has_every_section_and_escapes_text(built):
     html = (built / "index.html").read_text()
-    for section in ("headline", "fits", "charts", "runs", "environment", "provenance"):
+    for section in ("headline", "fits", "usage", "charts", "runs", "environment", "provenance"):
         assert f'id="{section}"' in html
     assert "window.__pwned" in html  # the text is there ...
     assert "<script>window.__pwned" not in html and "<img src=x" not in html  # ... but never as markup

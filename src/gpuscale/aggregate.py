@@ -22,7 +22,7 @@ log = logging.getLogger("gpuscale.aggregate")
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
 KEY_COLUMNS = ["source", "model", "device", "variant", "seed"]
-TABLES = ("runs", "epochs", "speedup", "fits", "phases")
+TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains")
 
 
 class AggregateError(RuntimeError):
@@ -226,6 +226,24 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
 
 
+def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
+    """Per source, model and device: seconds per epoch of each variant against the baseline variant.
+
+    Splits a speedup into what the hardware gives (the baseline's CPU-vs-GPU ratio) and what the way of
+    running it adds (each device's own gain from baseline to another variant).
+    """
+    per = (runs.filter(pl.col("status") == "measured")
+           .group_by(["source", "model", "device", "variant"]).agg(pl.col("epoch_seconds_mean").median()))
+    base = per.filter(pl.col("variant") == baseline).drop("variant").rename({"epoch_seconds_mean": "baseline_seconds"})
+    other = per.filter(pl.col("variant") != baseline)
+    return (other.join(base, on=["source", "model", "device"], how="inner")
+            .with_columns(pl.lit(baseline).alias("baseline"),
+                          (pl.col("baseline_seconds") / pl.col("epoch_seconds_mean")).alias("gain"))
+            .select("source", "model", "device", "baseline", "variant", "baseline_seconds",
+                    pl.col("epoch_seconds_mean").alias("variant_seconds"), "gain")
+            .sort(["source", "model", "device", "variant"]))
+
+
 def fits(speedup: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     """Scaling and Amdahl fits per (source, variant), plus the paper's own three points."""
     rows, summary = [], {}
@@ -325,14 +343,14 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     epochs = epochs_frame(loaded)
     speedup = speedup_frame(runs, tolerance)
     phases = phases_frame(loaded)
+    gains = variant_gains(runs)
     fit_table, summary = fits(speedup)
     out_dir = Path(out_dir)
-    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table),
-                        ("phases", phases)):
+    frames = {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, "gains": gains}
+    for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)
-    for name, frame in (("runs", runs), ("epochs", epochs), ("speedup", speedup), ("fits", fit_table),
-                        ("phases", phases)):
+    for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.parquet") as tmp:
             frame.write_parquet(tmp, statistics=False)
     extras = {"skipped_records": skipped, "overlapping_runs": overlaps(runs), "fit_summary": _clean(summary),
@@ -340,7 +358,7 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     fsutil.write_json(out_dir / "notes.json", extras)
     fsutil.write_json(metrics_path, metrics(speedup, summary))
     log.info("aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir)
-    return {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, **extras}
+    return {**frames, **extras}
 
 
 def read_tables(out_dir: Path) -> dict:

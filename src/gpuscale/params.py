@@ -133,6 +133,10 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             raise ParamsError(
                 f"{source}: models.{name}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
             )
+    for index, variant in enumerate(config["study"]["variants"]):
+        if variant not in config["variants"]:
+            raise ParamsError(f"{source}: study.variants.{index}: {variant!r} is not defined under variants "
+                              f"(defined: {', '.join(config['variants'])})")
     for index, device in enumerate(config["study"]["devices"]):
         if not DEVICE_PATTERN.match(device):
             raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps)")
@@ -154,6 +158,7 @@ def run_settings(config: dict, model: str, device: str, variant: str, seed: int)
         "variant": variant,
         "seed": seed,
         "on_missing_device": config["study"]["on_missing_device"],
+        "variant_knobs": copy.deepcopy(config["variants"][variant]),
         "train": train_settings(config, model),
     }
 

@@ -116,6 +116,13 @@ def fits_table(fits: pl.DataFrame) -> str:
             .sub_missing(missing_text="—").as_raw_html())
 
 
+def gains_table(gains: pl.DataFrame) -> str | None:
+    if gains.is_empty():
+        return None
+    return (GT(gains).fmt_number(columns=["baseline_seconds", "variant_seconds"], decimals=2)
+            .fmt_number(columns="gain", decimals=2, pattern="{x}×").as_raw_html())
+
+
 def environments(runs: pl.DataFrame) -> str:
     cols = ["source", "host", "device", "cpu_model", "cpu_logical_cores", "torch_threads", "gpu_name", "gpu_driver",
             "torch_version", "cuda_version", "cudnn_version"]
@@ -181,6 +188,7 @@ def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path]
         headline=jinja2.utils.markupsafe.Markup(headline(tables["speedup"])),
         verdicts=[(group, fit["verdict"]) for group, fit in summary.items()],
         fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
+        gains=jinja2.utils.markupsafe.Markup(gains_table(tables["gains"]) or ""),
         charts=[{"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
                 for n in charts.CHART_NAMES],
         runs=jinja2.utils.markupsafe.Markup(runs_table(tables["runs"])),

@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, nets, record
+from gpuscale import energy, envinfo, loaders, nets, record, variants
 from gpuscale.models import MODELS
 
 log = logging.getLogger("gpuscale.train")
@@ -64,62 +63,20 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-class ArrayImages(torch.utils.data.Dataset):
-    """uint8 NHWC images handed out as PIL images through per-sample transforms, as torchvision's CIFAR10 does."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray, transform):
-        self.images, self.labels, self.transform = images, labels, transform
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int):
-        from PIL import Image
-
-        return self.transform(Image.fromarray(np.asarray(self.images[index]))), int(self.labels[index])
-
-
-def paper_transforms(settings: dict):
-    from torchvision import transforms as T
-
-    normalize = T.Normalize(settings["normalize"]["mean"], settings["normalize"]["std"])
-    augment = []
-    if settings["augment"]["random_crop_padding"]:
-        augment.append(T.RandomCrop(32, padding=settings["augment"]["random_crop_padding"]))
-    if settings["augment"]["horizontal_flip"]:
-        augment.append(T.RandomHorizontalFlip())
-    return T.Compose([*augment, T.ToTensor(), normalize]), T.Compose([T.ToTensor(), normalize])
-
-
-def _seed_worker(worker_id: int) -> None:
-    seed = torch.initial_seed() % 2**32
-    np.random.seed(seed)
-    random.seed(seed)
-
-
-def make_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int):
-    train_tf, test_tf = paper_transforms(settings)
-    loader = settings["loader"]
-    common = {
-        "num_workers": loader["num_workers"],
-        "pin_memory": loader["pin_memory"] and device.type == "cuda",
-        "persistent_workers": loader["persistent_workers"] and loader["num_workers"] > 0,
-        "worker_init_fn": _seed_worker,
-    }
-    generator = torch.Generator().manual_seed(seed)
-    train = DataLoader(ArrayImages(dataset.train_images, dataset.train_labels, train_tf),
-                       batch_size=settings["batch_size"], shuffle=True, generator=generator, **common)
-    test = DataLoader(ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
-                      batch_size=settings["eval_batch_size"], shuffle=False, **common)
-    return train, test
-
-
-def make_optimizer(model: nn.Module, settings: dict):
+def make_optimizer(model: nn.Module, settings: dict, runner: variants.Runner | None = None):
     spec = settings["optimizer"]
-    if spec["name"] == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], momentum=0.9)
+    kwargs = runner.optimizer_kwargs() if runner else {}
+    cls = torch.optim.Adam if spec["name"] == "adam" else torch.optim.SGD
+    extra = {} if spec["name"] == "adam" else {"momentum": 0.9}
+    try:
+        optimizer = cls(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], **extra, **kwargs)
+        if runner:
+            runner.note_optimizer(bool(kwargs.get("fused")))
+    except (RuntimeError, TypeError, ValueError) as err:
+        if not kwargs:
+            raise
+        optimizer = cls(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], **extra)
+        runner.note_optimizer(False, f"fused optimizer unavailable here ({err}); ran the default implementation")
     sched = settings["scheduler"]
     scheduler = (torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched["step_size"], gamma=sched["gamma"])
                  if sched["name"] == "steplr" else None)
@@ -136,30 +93,33 @@ def set_determinism(seed: int, deterministic: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, criterion) -> tuple[float, float]:
+def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: variants.Runner) -> tuple[float, float]:
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     count = 0
     with torch.no_grad():
         for images, labels in loader:
-            images = images.to(device, non_blocking=True)
+            images = runner.inputs(images)
             labels = labels.to(device, non_blocking=True)
-            outputs = model(images)
-            loss_sum += criterion(outputs, labels) * labels.numel()
+            with runner.autocast():
+                outputs = model(images)
+                loss = criterion(outputs, labels)
+            loss_sum += loss.float() * labels.numel()
             correct += (outputs.argmax(1) == labels).sum()
             count += labels.numel()
     return loss_sum.item() / count, correct.item() / count
 
 
 def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps: int | None = None,
-                sample_warmup_steps: int = 0) -> dict:
+                sample_warmup_steps: int = 0, runner: variants.Runner | None = None) -> dict:
     """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync.
 
     With max_steps below the loader's length (the sampled protocol) only that many steps run; the epoch
     time is then the measured time of the first `sample_warmup_steps` (loader start, warm-up) plus the
     steady per-step time of the rest, times the steps left, and the epoch is marked extrapolated.
     """
+    runner = runner or variants.Runner("paper", variants.PAPER_KNOBS, device)
     model.train()
     steps_per_epoch = len(loader)
     sampled = max_steps is not None and max_steps < steps_per_epoch
@@ -174,14 +134,14 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     synchronize(device)
     start = time.perf_counter()
     for images, labels in loader:
-        images = images.to(device, non_blocking=True)
+        images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        outputs = model(images)
-        loss = criterion(outputs, labels)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
+        with runner.autocast():
+            outputs = model(images)
+            loss = criterion(outputs, labels)
+        runner.backward_step(loss, optimizer)
+        losses.append(loss.detach().float())
         corrects.append((outputs.detach().argmax(1) == labels).sum())
         sizes.append(labels.numel())
         images_seen += sizes[-1]
@@ -222,7 +182,7 @@ def weighted_loss_sum(losses: list[torch.Tensor], sizes: list[int]) -> float:
 PHASES = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
 
 
-def profile_phases(model, loader, device, criterion, optimizer, steps: int) -> dict:
+def profile_phases(model, loader, device, criterion, optimizer, steps: int, runner: variants.Runner) -> dict:
     """Where a training step's time goes, measured in separate instrumented steps.
 
     The headline epochs stay clean: this pass synchronises the device at every step (CUDA events on
@@ -251,16 +211,21 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int) -> d
             stamps = [0.0] * 5
             clock = lambda i: stamps.__setitem__(i, time.perf_counter())  # noqa: E731
         clock(0)
-        images = images.to(device, non_blocking=True)
+        images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
         clock(1)
-        outputs = model(images)
-        loss = criterion(outputs, labels)
+        with runner.autocast():
+            outputs = model(images)
+            loss = criterion(outputs, labels)
         clock(2)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (runner.scaler.scale(loss) if runner.scaler else loss).backward()
         clock(3)
-        optimizer.step()
+        if runner.scaler:
+            runner.scaler.step(optimizer)
+            runner.scaler.update()
+        else:
+            optimizer.step()
         clock(4)
         synchronize(device)
         if cuda:
@@ -367,15 +332,17 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         log.warning("device %s not measured: %s", settings["device"], reason)
         result = {**base, "status": "not_measured", "not_measured_reason": reason,
                   "environment": envinfo.capture(torch.device("cpu")), "timing": None, "epochs": [],
-                  "phase_profile": None, "energy": None,
+                  "phase_profile": None, "energy": None, "variant": None,
                   "quality": None, "started_at": started_at, "finished_at": now_iso()}
         record.write(out, result)
         return result
 
-    model = model.to(device)
+    runner = variants.Runner(settings["variant"], settings["variant_knobs"], device)
+    model = runner.prepare_model(model.to(device))
     criterion = nn.CrossEntropyLoss()
-    optimizer, scheduler = make_optimizer(model, train_settings)
-    train_loader, test_loader = make_loaders(dataset, train_settings, device, settings["seed"])
+    optimizer, scheduler = make_optimizer(model, train_settings, runner)
+    train_loader, test_loader = loaders.make_loaders(dataset, train_settings, settings["variant_knobs"], device,
+                                                     settings["seed"])
     environment = envinfo.capture(device)
     tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
     log.info("%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
@@ -401,7 +368,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         try:
             stats = train_epoch(model, train_loader, device, criterion, optimizer, progress,
                                 max_steps=train_settings["max_steps_per_epoch"],
-                                sample_warmup_steps=train_settings["sample_warmup_steps"])
+                                sample_warmup_steps=train_settings["sample_warmup_steps"], runner=runner)
         except torch.OutOfMemoryError:
             raise TrainError(f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
                              f"lower train.batch_size or models.{settings['model']}.batch_size") from None
@@ -413,7 +380,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
             scheduler.step()
         synchronize(device)
         eval_start = time.perf_counter()
-        test_loss, test_accuracy = evaluate(model, test_loader, device, criterion)
+        test_loss, test_accuracy = evaluate(model, test_loader, device, criterion, runner)
         synchronize(device)
         eval_seconds = time.perf_counter() - eval_start
         epochs.append({"epoch": epoch, "warmup": epoch == 1, **stats, "eval_seconds": eval_seconds,
@@ -425,7 +392,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     phase_profile = None
     if train_settings["phase_profile_steps"]:
         phase_profile = profile_phases(model, train_loader, device, criterion, optimizer,
-                                       train_settings["phase_profile_steps"])
+                                       train_settings["phase_profile_steps"], runner)
         steady = epochs[1:] or epochs
         clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
         phase_profile["clean_step_seconds"] = clean
@@ -443,6 +410,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         "epochs": epochs,
         "phase_profile": phase_profile,
         "energy": energy_summary(epochs, gpu_energy, cpu_energy),
+        "variant": runner.describe(),
         "quality": {
             "final_test_accuracy": epochs[-1]["test_accuracy"],
             "final_test_loss": epochs[-1]["test_loss"],
