@@ -58,3 +58,15 @@ def test_compare_predictors_names_the_better_fit():
     verdict = analysis.compare_predictors({"parameters": analysis.scaling_fit(size, speedup),
                                            "training FLOPs per image": analysis.scaling_fit(flops, speedup)})
     assert verdict.startswith("Speedup follows training FLOPs per image")
+
+
+def test_thread_fit_recovers_the_parallel_fraction():
+    threads = np.array([1, 2, 4, 8, 16])
+    p, one = 0.9, 100.0
+    seconds = one * ((1 - p) + p / threads)
+    fit = analysis.thread_fit(threads, seconds)
+    assert fit["ok"] and fit["parallel_fraction"] == pytest.approx(p)
+    assert fit["one_thread_seconds"] == pytest.approx(one)
+    noisy = seconds * np.array([1.01, 0.99, 1.02, 0.98, 1.0])
+    fit = analysis.thread_fit(threads, noisy)
+    assert abs(fit["parallel_fraction"] - p) < 3 * fit["parallel_fraction_se"] + 0.01

@@ -109,3 +109,16 @@ def test_run_keys_cover_the_study_matrix(base_params):
     keys = params.run_keys(base_params)
     assert len(keys) == 3 * 2 * 1 * 1
     assert {"model": "resnet50", "device": "cuda", "variant": "paper", "seed": 0} in keys
+
+
+def test_sweeps_expand_to_their_own_runs_and_override_one_setting(base_params):
+    config = copy.deepcopy(base_params)
+    config["sweeps"].update(models=["resnet18"], cpu_threads=[1, 2, 4], gpu_batch_sizes=[256])
+    keys = params.sweep_keys(config)
+    assert [(k["device"], k["parameter"], k["value"]) for k in keys] == [
+        ("cpu", "threads", 1), ("cpu", "threads", 2), ("cpu", "threads", 4), ("cuda", "batch", 256)]
+    settings = params.sweep_settings(config, "resnet18", "cuda", "batch", 256, "paper", 0)
+    assert settings["train"]["batch_size"] == 256 and settings["sweep"] == {"parameter": "batch", "value": 256}
+    assert params.sweep_record_path(**keys[0]) == "results/runs/resnet18/cpu/threads1-paper-seed0.json"
+    with pytest.raises(ParamsError, match="--sweep"):
+        params.sweep_settings(config, "resnet18", "cpu", "memory", 1, "paper", 0)

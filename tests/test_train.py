@@ -148,3 +148,15 @@ def test_sampled_epoch_is_marked_extrapolated_and_counts_the_whole_epoch(prepare
         assert epoch["extrapolated"] and epoch["measured_steps"] == 3 and epoch["steps"] == 7
         assert epoch["train_images"] == 200
         assert epoch["train_seconds"] > epoch["measured_seconds"]
+
+
+def test_thread_sweep_run_uses_the_swept_threads_and_keys_the_record(prepared, tmp_path):
+    config = params.load([REPO / "params.yaml"])
+    config["train"].update(epochs=1, batch_size=32, phase_profile_steps=0,
+                           loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+    settings = params.sweep_settings(config, "simplecnn", "cpu", "threads", 1, "paper", 0)
+    train.run(settings, prepared, tmp_path / "t.json", threads=2)
+    rec = record.load(tmp_path / "t.json")
+    assert rec["environment"]["torch_threads"] == 1
+    assert rec["key"]["sweep"] == {"parameter": "threads", "value": 1}
+    assert record.key(rec) == ("simplecnn", "cpu", "paper", 0, "threads", 1)

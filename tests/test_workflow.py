@@ -80,13 +80,20 @@ def dvc_stages(repo) -> dict:
 
 def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
     repo = copy_project(tmp_path / "repo", git=True)
-    write_yaml(repo / "params.yaml", tiny_params(models=["simplecnn", "resnet18"], devices=["cpu", "cuda"]))
+    config = tiny_params(models=["simplecnn", "resnet18"], devices=["cpu", "cuda"])
+    config["sweeps"].update(models=["simplecnn"], cpu_threads=[1, 2], gpu_batch_sizes=[32])
+    write_yaml(repo / "params.yaml", config)
     commit(repo)
 
     run(["snakemake", "--cores", "2"], repo)
     got = records(repo)
-    assert set(got) == {(m, d, "paper-seed0.json") for m in ("simplecnn", "resnet18") for d in ("cpu", "cuda")}
+    study = {(m, d, "paper-seed0.json") for m in ("simplecnn", "resnet18") for d in ("cpu", "cuda")}
+    sweeps = {("simplecnn", "cpu", "threads1-paper-seed0.json"), ("simplecnn", "cpu", "threads2-paper-seed0.json"),
+              ("simplecnn", "cuda", "batch32-paper-seed0.json")}
+    assert set(got) == study | sweeps
+    assert got[("simplecnn", "cpu", "threads1-paper-seed0.json")]["environment"]["torch_threads"] == 1
     assert all(r["status"] == "measured" for (m, d, _), r in got.items() if d == "cpu")
+    assert (repo / "results/tables/sweeps.csv").read_text().count("threads") == 2
     import torch
 
     if not torch.cuda.is_available():

@@ -21,8 +21,8 @@ log = logging.getLogger("gpuscale.aggregate")
 
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
-KEY_COLUMNS = ["source", "model", "device", "variant", "seed"]
-TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains")
+KEY_COLUMNS = ["source", "model", "device", "variant", "seed", "sweep_parameter", "sweep_value"]
+TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps")
 
 
 class AggregateError(RuntimeError):
@@ -65,7 +65,7 @@ def host_label(rec: dict) -> str:
 
 RUN_SCHEMA = {
     "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
-    "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
+    "sweep_parameter": pl.String, "sweep_value": pl.Int64, "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
     "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "gpu_name": pl.String,
     "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
     "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
@@ -81,6 +81,7 @@ RUN_SCHEMA = {
 }
 EPOCH_SCHEMA = {
     "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
+    "sweep_parameter": pl.String, "sweep_value": pl.Int64,
     "epoch": pl.Int64, "warmup": pl.Boolean, "train_seconds": pl.Float64, "eval_seconds": pl.Float64,
     "images_per_second": pl.Float64, "train_loss": pl.Float64, "train_accuracy": pl.Float64,
     "test_loss": pl.Float64, "test_accuracy": pl.Float64, "learning_rate": pl.Float64,
@@ -94,7 +95,7 @@ def runs_frame(loaded) -> pl.DataFrame:
         settings = rec["settings"]["train"]
         epochs = rec["epochs"]
         rows.append({
-            "source": source, **rec["key"], "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
+            "source": source, **flat_key(rec), "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
             "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
             "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
             "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
@@ -122,6 +123,13 @@ def runs_frame(loaded) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
 
 
+def flat_key(rec: dict) -> dict:
+    """The record's key as columns; a sweep becomes sweep_parameter / sweep_value (null on study runs)."""
+    sweep = rec["key"].get("sweep") or {}
+    return {**{k: v for k, v in rec["key"].items() if k != "sweep"},
+            "sweep_parameter": sweep.get("parameter"), "sweep_value": sweep.get("value")}
+
+
 def energy_columns(energy: dict | None) -> dict:
     if not energy:
         return {"gpu_joules_per_epoch": None, "cpu_joules_per_epoch": None, "gpu_images_per_joule": None,
@@ -132,6 +140,7 @@ def energy_columns(energy: dict | None) -> dict:
 
 
 PHASE_SCHEMA = {"source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
+                "sweep_parameter": pl.String, "sweep_value": pl.Int64,
                 "phase": pl.String, "seconds_per_step": pl.Float64, "fraction": pl.Float64,
                 "seconds_per_epoch": pl.Float64, "overhead_fraction": pl.Float64, "profile_steps": pl.Int64}
 PHASE_ORDER = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
@@ -149,7 +158,7 @@ def phases_frame(loaded) -> pl.DataFrame:
         epoch_seconds = sorted(steady)[len(steady) // 2]
         for phase in PHASE_ORDER:
             fraction = profile["phase_fractions"][phase]
-            rows.append({"source": source, **rec["key"], "phase": phase,
+            rows.append({"source": source, **flat_key(rec), "phase": phase,
                          "seconds_per_step": profile["phase_seconds_per_step"][phase], "fraction": fraction,
                          "seconds_per_epoch": fraction * epoch_seconds, "overhead_fraction": profile["overhead_fraction"],
                          "profile_steps": profile["steps"]})
@@ -158,7 +167,7 @@ def phases_frame(loaded) -> pl.DataFrame:
 
 def epochs_frame(loaded) -> pl.DataFrame:
     rows = [
-        {"source": source, **rec["key"], **{k: e[k] for k in EPOCH_SCHEMA if k in e}}
+        {"source": source, **flat_key(rec), **{k: e[k] for k in EPOCH_SCHEMA if k in e}}
         for source, _, rec in loaded
         for e in rec["epochs"]
     ]
@@ -174,7 +183,7 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
 
     CPU and GPU are only ever paired within one source (one host's records), never across hosts.
     """
-    measured = runs.filter(pl.col("status") == "measured")
+    measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
     per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
         pl.col("parameters").first(), pl.col("train_flops_per_image").first(),
         pl.col("host").first(), pl.col("gpu_name").first(), pl.col("synthetic").any(),
@@ -187,7 +196,7 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     cpu = per_device.filter(pl.col("device") == "cpu").drop("device", "gpu_name")
     gpu = per_device.filter(pl.col("device") != "cpu")
     joined = gpu.join(cpu, on=["source", "model", "variant"], how="full", suffix="_cpu", coalesce=True)
-    missing = runs.filter(pl.col("status") == "not_measured").group_by(["source", "model", "variant"]).agg(
+    missing = runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null()).group_by(["source", "model", "variant"]).agg(
         pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
     joined = joined.join(missing, on=["source", "model", "variant"], how="left")
     out = joined.select(
@@ -232,7 +241,7 @@ def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
     Splits a speedup into what the hardware gives (the baseline's CPU-vs-GPU ratio) and what the way of
     running it adds (each device's own gain from baseline to another variant).
     """
-    per = (runs.filter(pl.col("status") == "measured")
+    per = (runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
            .group_by(["source", "model", "device", "variant"]).agg(pl.col("epoch_seconds_mean").median()))
     base = per.filter(pl.col("variant") == baseline).drop("variant").rename({"epoch_seconds_mean": "baseline_seconds"})
     other = per.filter(pl.col("variant") != baseline)
@@ -244,7 +253,32 @@ def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
             .sort(["source", "model", "device", "variant"]))
 
 
-def fits(speedup: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+def sweeps_frame(runs: pl.DataFrame) -> pl.DataFrame:
+    """Sweep runs: seconds per steady epoch and throughput against the swept value, relative to the smallest value."""
+    sweeps = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_not_null()).with_columns(
+        pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
+        pl.coalesce("steady_images_per_second", "train_images_per_second").alias("images_per_second"))
+    group = ["source", "model", "device", "variant", "sweep_parameter"]
+    return (sweeps.group_by([*group, "sweep_value"]).agg(pl.col("epoch_seconds").median(),
+                                                         pl.col("images_per_second").median(),
+                                                         pl.col("extrapolated").any())
+            .sort([*group, "sweep_value"])
+            .with_columns(pl.col("sweep_value").first().over(group).alias("baseline_value"),
+                          (pl.col("epoch_seconds").first().over(group) / pl.col("epoch_seconds")).alias("speedup_vs_baseline"))
+            .rename({"sweep_parameter": "parameter", "sweep_value": "value"}))
+
+
+def thread_fits(sweeps: pl.DataFrame) -> list[dict]:
+    rows = []
+    threads = sweeps.filter(pl.col("parameter") == "threads")
+    for (source, model, variant), frame in threads.group_by(["source", "model", "variant"], maintain_order=True):
+        fit = analysis.thread_fit(frame["value"], frame["epoch_seconds"])
+        rows.append(_fit_row(source, variant, f"CPU threads, {model}: T = a + b / N (estimate = P)", fit,
+                             fit.get("parallel_fraction"), fit.get("parallel_fraction_se")))
+    return rows
+
+
+def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
     """Scaling and Amdahl fits per (source, variant), plus the paper's own three points."""
     rows, summary = [], {}
     groups = [(key, frame) for key, frame in speedup.filter(pl.col("speedup").is_not_null())
@@ -263,6 +297,8 @@ def fits(speedup: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
                              amdahl.get("serial_seconds"), amdahl.get("serial_seconds_se")))
         summary[f"{source} / {variant}"] = {"scaling": group_fits, "amdahl": amdahl,
                                             "verdict": analysis.compare_predictors(group_fits)}
+    if sweeps is not None:
+        rows += thread_fits(sweeps)
     columns = {"source": pl.String, "variant": pl.String, "fit": pl.String, "ok": pl.Boolean, "points": pl.Int64,
                "estimate": pl.Float64, "estimate_se": pl.Float64, "intercept": pl.Float64,
                "intercept_se": pl.Float64, "r2": pl.Float64, "note": pl.String}
@@ -344,9 +380,11 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     speedup = speedup_frame(runs, tolerance)
     phases = phases_frame(loaded)
     gains = variant_gains(runs)
-    fit_table, summary = fits(speedup)
+    sweeps = sweeps_frame(runs)
+    fit_table, summary = fits(speedup, sweeps)
     out_dir = Path(out_dir)
-    frames = {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, "gains": gains}
+    frames = {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, "gains": gains,
+              "sweeps": sweeps}
     for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)

@@ -36,6 +36,7 @@ def linear_fit(x, y) -> dict:
         "slope": float(coef[1]),
         "intercept_se": math.sqrt(max(cov[0, 0], 0.0)),
         "slope_se": math.sqrt(max(cov[1, 1], 0.0)),
+        "covariance": float(cov[0, 1]),
         "r2": r2,
     }
 
@@ -106,3 +107,22 @@ def bootstrap_ratio_ci(numerator, denominator, resamples: int = 2000, level: flo
               / np.median(rng.choice(b, size=(resamples, len(b))), axis=1))
     tail = (1 - level) / 2
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+
+
+def thread_fit(threads, seconds) -> dict:
+    """Amdahl from a CPU thread sweep: T(N) = a + b / N, so P = b / (a + b) (a: serial seconds, b: parallel).
+
+    P's standard error by the delta method from the fit's covariance.
+    """
+    threads, seconds = np.asarray(threads, dtype=float), np.asarray(seconds, dtype=float)
+    fit = linear_fit(1.0 / threads, seconds)
+    if not fit["ok"]:
+        return fit
+    a, b = fit["intercept"], fit["slope"]
+    if a + b <= 0 or b <= 0:
+        return {"ok": False, "n": fit["n"], "reason": "time does not fall with more threads: no parallel fraction to fit"}
+    grad = np.array([-b, a]) / (a + b) ** 2
+    cov = np.array([[fit["intercept_se"] ** 2, fit["covariance"]], [fit["covariance"], fit["slope_se"] ** 2]])
+    fit.update({"parallel_fraction": b / (a + b), "parallel_fraction_se": float(np.sqrt(max(grad @ cov @ grad, 0.0))),
+                "one_thread_seconds": a + b})
+    return fit

@@ -19,7 +19,7 @@ from gpuscale import aggregate, analysis, fsutil
 log = logging.getLogger("gpuscale.charts")
 
 CHART_NAMES = ("speedup_vs_parameters", "speedup_vs_flops", "amdahl", "phases", "epoch_seconds", "throughput",
-               "accuracy")
+               "accuracy", "threads", "batch")
 WIDTH, HEIGHT = 520, 320
 
 
@@ -126,7 +126,8 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
 
 
 def by_device(runs: pl.DataFrame, column: str, title: str, axis: str) -> alt.Chart:
-    measured = runs.filter((pl.col("status") == "measured") & pl.col(column).is_not_null())
+    measured = runs.filter((pl.col("status") == "measured") & pl.col(column).is_not_null()
+                           & pl.col("sweep_parameter").is_null())
     title = title + _suffix(runs)
     if measured.is_empty():
         return _empty(title, "No measured runs yet.")
@@ -194,6 +195,51 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
     ).properties(title=title, width=WIDTH, height=alt.Step(22))
 
 
+def threads(sweeps: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
+    """CPU speedup against threads, with the Amdahl curve fitted from the same sweep."""
+    data = sweeps.filter(pl.col("parameter") == "threads")
+    title = "CPU thread sweep: speedup over the fewest threads, with Amdahl's law fitted (T = a + b / N)" + _suffix(data)
+    if data.is_empty():
+        return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
+    curves = []
+    for (source, model, variant), frame in data.group_by(["source", "model", "variant"], maintain_order=True):
+        fit = analysis.thread_fit(frame["value"], frame["epoch_seconds"])
+        if not fit["ok"]:
+            continue
+        a, b, n0 = fit["intercept"], fit["slope"], frame["value"].min()
+        for n in np.geomspace(n0, max(frame["value"].max(), n0 * 2), 40):
+            curves.append({"source": source, "model": model, "value": float(n),
+                           "speedup_vs_baseline": (a + b / n0) / (a + b / n),
+                           "fit": f"P = {fit['parallel_fraction']:.3f} ± {fit['parallel_fraction_se']:.3f}"})
+    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), title="CPU threads")
+    y = alt.Y("speedup_vs_baseline:Q", title="speedup over the fewest threads")
+    points = alt.Chart(data).mark_point(filled=True, size=80).encode(
+        x=x, y=y, color="model:N", shape="source:N",
+        tooltip=["source", "model", "variant", "value", alt.Tooltip("epoch_seconds:Q", format=".2f"),
+                 alt.Tooltip("speedup_vs_baseline:Q", format=".2f")])
+    layers = [points]
+    if curves:
+        layers.append(alt.Chart(pl.DataFrame(curves)).mark_line(strokeDash=[4, 3]).encode(
+            x=x, y=y, color="model:N", detail="source:N", tooltip=["source", "model", "fit"]))
+    else:
+        title += " (no fit: fewer than 3 thread counts)"
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def batch(sweeps: pl.DataFrame) -> alt.Chart:
+    data = sweeps.filter(pl.col("parameter") == "batch")
+    title = "GPU batch-size sweep: training images per second" + _suffix(data)
+    if data.is_empty():
+        return _empty(title, "No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).")
+    return alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("value:Q", scale=alt.Scale(type="log", base=2), title="batch size"),
+        y=alt.Y("images_per_second:Q", title="images per second (training)"),
+        color="model:N", strokeDash="source:N",
+        tooltip=["source", "model", "device", "variant", "value", alt.Tooltip("images_per_second:Q", format=",.0f"),
+                 alt.Tooltip("epoch_seconds:Q", format=".2f")],
+    ).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
 def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
     return {
@@ -209,6 +255,8 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
         "throughput": by_device(runs, "train_images_per_second", "Training throughput by model and device",
                                 "images per second (training)"),
         "accuracy": accuracy(speedup, tolerance),
+        "threads": threads(tables["sweeps"], fits),
+        "batch": batch(tables["sweeps"]),
     }
 
 

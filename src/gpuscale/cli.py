@@ -63,8 +63,17 @@ def cmd_train(args) -> int:
     study = config["study"]
     if args.model not in study["models"]:
         log.warning("model %s is not in study.models; training it anyway as asked", args.model)
-    settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
-    out = Path(args.out or params_mod.record_path(args.model, args.device, args.variant, args.seed))
+    if args.sweep:
+        parameter, _, value = args.sweep.partition("=")
+        if not value.isdigit():
+            raise params_mod.ParamsError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N)")
+        settings = params_mod.sweep_settings(config, args.model, args.device, parameter, int(value), args.variant,
+                                             args.seed)
+        default_out = params_mod.sweep_record_path(args.model, args.device, parameter, int(value), args.variant, args.seed)
+    else:
+        settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
+        default_out = params_mod.record_path(args.model, args.device, args.variant, args.seed)
+    out = Path(args.out or default_out)
     train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"))
     return 0
 
@@ -74,6 +83,7 @@ def cmd_aggregate(args) -> int:
 
     config = load_params(args)
     records = [Path(params_mod.record_path(**key)) for key in params_mod.run_keys(config)]
+    records += [Path(params_mod.sweep_record_path(**key)) for key in params_mod.sweep_keys(config)]
     report = config["report"]
     aggregate.run(records, report["reference"], Path(args.out), Path(args.metrics), report["accuracy_tolerance"],
                   skip_bad=report["skip_bad_records"])
@@ -134,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default="paper")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
+    p.add_argument("--sweep", metavar="PARAM=N", help="a sweep run: threads=N (CPU threads) or batch=N (batch size)")
     p.add_argument("--data", default="data/prepared", help="prepared dataset folder")
     p.add_argument("--out", help="record path (default results/runs/<model>/<device>/<variant>-seed<seed>.json)")
     p.set_defaults(func=cmd_train)

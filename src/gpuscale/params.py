@@ -137,6 +137,12 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         if variant not in config["variants"]:
             raise ParamsError(f"{source}: study.variants.{index}: {variant!r} is not defined under variants "
                               f"(defined: {', '.join(config['variants'])})")
+    for index, name in enumerate(config["sweeps"]["models"]):
+        if name not in MODEL_NAMES:
+            raise ParamsError(f"{source}: sweeps.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})")
+    if config["sweeps"]["variant"] not in config["variants"]:
+        raise ParamsError(f"{source}: sweeps.variant: {config['sweeps']['variant']!r} is not defined under variants "
+                          f"(defined: {', '.join(config['variants'])})")
     for index, device in enumerate(config["study"]["devices"]):
         if not DEVICE_PATTERN.match(device):
             raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps)")
@@ -181,3 +187,36 @@ def record_path(model: str, device: str, variant: str, seed: int, root: str = "r
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}
+
+
+def sweep_keys(config: dict) -> list[dict]:
+    """Every sweep run: CPU thread counts on `cpu`, GPU batch sizes on sweeps.gpu_device; seed 0."""
+    sweeps = config["sweeps"]
+    keys = []
+    for model in sweeps["models"]:
+        keys += [{"model": model, "device": "cpu", "parameter": "threads", "value": n, "variant": sweeps["variant"],
+                  "seed": 0} for n in sweeps["cpu_threads"]]
+        keys += [{"model": model, "device": sweeps["gpu_device"], "parameter": "batch", "value": b,
+                  "variant": sweeps["variant"], "seed": 0} for b in sweeps["gpu_batch_sizes"]]
+    return keys
+
+
+def sweep_settings(config: dict, model: str, device: str, parameter: str, value: int, variant: str, seed: int) -> dict:
+    """A run's settings with the swept setting replaced; the sweep is part of the run's key."""
+    if parameter not in SWEEP_PARAMETERS:
+        raise ParamsError(f"--sweep: unknown parameter {parameter!r} (allowed: {', '.join(SWEEP_PARAMETERS)})")
+    settings = run_settings(config, model, device, variant, seed)
+    if parameter == "batch":
+        settings["train"]["batch_size"] = value
+    else:
+        settings["train"]["cpu_threads"] = value
+    settings["sweep"] = {"parameter": parameter, "value": value}
+    return settings
+
+
+def sweep_record_path(model: str, device: str, parameter: str, value: int, variant: str, seed: int,
+                      root: str = "results/runs") -> str:
+    return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"

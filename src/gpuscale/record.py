@@ -63,6 +63,8 @@ def load(path: Path | str) -> dict:
     return record
 
 
-def key(record: dict) -> tuple[str, str, str, int]:
+def key(record: dict) -> tuple:
+    """(model, device, variant, seed), plus (parameter, value) for a sweep run."""
     k = record["key"]
-    return (k["model"], k["device"], k["variant"], k["seed"])
+    sweep = k.get("sweep")
+    return (k["model"], k["device"], k["variant"], k["seed"]) + ((sweep["parameter"], sweep["value"]) if sweep else ())

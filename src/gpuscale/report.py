@@ -37,6 +37,11 @@ CHART_HELP = {
     "after training (CUDA events on the GPU), applied to the steady epoch time, so the headline times stay clean; "
     "the tooltip gives the instrumentation's own overhead. This is where the paper's claim that data transfer is "
     "30-40% of the small CNN's GPU time can be checked: compare data wait with host-to-device copy.",
+    "threads": "CPU thread sweep: each point is one run with N threads, its steady epoch time against the run with "
+    "the fewest threads. The dashed curve is Amdahl's law fitted to the same points (T = a + b / N, P = b / (a + b)): "
+    "a measured parallel fraction with a real N, where the GPU chart above can only infer one.",
+    "batch": "GPU batch-size sweep: training images per second against batch size. Where the curve flattens the "
+    "GPU (or the input pipeline feeding it) is saturated.",
     "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), by model and device, median over seeds.",
     "throughput": "Training images per second by model and device.",
     "accuracy": "Final test accuracy on the CPU against the GPU, per model. Points inside the green band agree "

@@ -298,6 +298,8 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     wall_start = time.perf_counter()
     started_at = now_iso()
     train_settings = settings["train"]
+    if settings.get("sweep", {}).get("parameter") == "threads":
+        threads = settings["sweep"]["value"]  # the swept value wins over the job's threads
     threads = threads or train_settings["cpu_threads"] or os.cpu_count() or 1
     torch.set_num_threads(threads)
     device = torch_device(settings["device"])
@@ -308,7 +310,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     base = {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
-        "key": {k: settings[k] for k in ("model", "device", "variant", "seed")},
+        "key": {k: settings[k] for k in ("model", "device", "variant", "seed") + (("sweep",) if "sweep" in settings else ())},
         "label": label,
         "settings": settings,
         "model": model_info(settings["model"], model),

@@ -51,6 +51,10 @@ def all_records():
     return [gp.record_path(**key) for key in gp.run_keys(config)]
 
 
+def sweep_records():
+    return [gp.sweep_record_path(**key) for key in gp.sweep_keys(config)]
+
+
 def reference_records():
     """Every record under the reference folders the report includes (measured elsewhere)."""
     return sorted(str(p) for folder in config["report"]["reference"] for p in Path(folder).rglob("*.json"))

@@ -1,6 +1,7 @@
 rule aggregate:
     input:
         records=all_records(),
+        sweeps=sweep_records(),
         reference=reference_records(),
         code=CODE["aggregate"],
     output:
@@ -16,10 +17,13 @@ rule aggregate:
         phases_parquet="results/tables/phases.parquet",
         gains="results/tables/gains.csv",
         gains_parquet="results/tables/gains.parquet",
+        sweeps="results/tables/sweeps.csv",
+        sweeps_parquet="results/tables/sweeps.parquet",
         notes="results/tables/notes.json",
         metrics="results/metrics.json",
     params:
         study=lambda wildcards: config["study"],
+        sweeps=lambda wildcards: config["sweeps"],
         report=lambda wildcards: config["report"],
         params_args=PARAMS_ARGS,
     log:
@@ -36,6 +40,7 @@ rule charts:
         fits=rules.aggregate.output.fits_parquet,
         phases=rules.aggregate.output.phases_parquet,
         gains=rules.aggregate.output.gains_parquet,
+        sweeps=rules.aggregate.output.sweeps_parquet,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
@@ -61,6 +66,7 @@ rule report:
         fits=rules.aggregate.output.fits_parquet,
         phases=rules.aggregate.output.phases_parquet,
         gains=rules.aggregate.output.gains_parquet,
+        sweeps=rules.aggregate.output.sweeps_parquet,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,

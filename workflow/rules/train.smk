@@ -14,6 +14,7 @@ rule train:
         "logs/train/{model}/{device}/{variant}-seed{seed}.log",
     wildcard_constraints:
         device=r"cpu|cuda(-\d+)?|mps",
+        variant=r"[a-z][a-z0-9_]*",
         seed=r"\d+",
     threads: train_threads
     resources:
@@ -24,4 +25,59 @@ rule train:
     shell:
         "gpuscale train {params.params_args} --model {wildcards.model} --device {wildcards.device}"
         " --variant {wildcards.variant} --seed {wildcards.seed} --threads {threads}"
+        " --data {input.data} --out {output.record} --log {log}"
+
+
+rule sweep_threads:
+    input:
+        data=rules.data.output.prepared,
+        host=rules.host.output.host,
+        code=CODE["train"],
+    output:
+        record="results/runs/{model}/cpu/threads{value}-{variant}-seed{seed}.json",
+    params:
+        settings=lambda w: gp.sweep_settings(config, w.model, "cpu", "threads", int(w.value), w.variant, int(w.seed)),
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/sweeps/{model}/cpu/threads{value}-{variant}-seed{seed}.log",
+    wildcard_constraints:
+        value=r"\d+",
+        variant=r"[a-z][a-z0-9_]*",
+        seed=r"\d+",
+    threads: lambda w: min(int(w.value), workflow.cores)
+    resources:
+        timing_slot=1,
+    message:
+        "Thread sweep: {wildcards.model} on cpu with {wildcards.value} threads"
+    shell:
+        "gpuscale train {params.params_args} --model {wildcards.model} --device cpu --variant {wildcards.variant}"
+        " --seed {wildcards.seed} --sweep threads={wildcards.value}"
+        " --data {input.data} --out {output.record} --log {log}"
+
+
+rule sweep_batch:
+    input:
+        data=rules.data.output.prepared,
+        host=rules.host.output.host,
+        code=CODE["train"],
+    output:
+        record="results/runs/{model}/{device}/batch{value}-{variant}-seed{seed}.json",
+    params:
+        settings=lambda w: gp.sweep_settings(config, w.model, w.device, "batch", int(w.value), w.variant, int(w.seed)),
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.log",
+    wildcard_constraints:
+        device=r"cuda(-\d+)?|mps",
+        variant=r"[a-z][a-z0-9_]*",
+        value=r"\d+",
+        seed=r"\d+",
+    threads: train_threads
+    resources:
+        timing_slot=1,
+    message:
+        "Batch sweep: {wildcards.model} on {wildcards.device} at batch {wildcards.value}"
+    shell:
+        "gpuscale train {params.params_args} --model {wildcards.model} --device {wildcards.device}"
+        " --variant {wildcards.variant} --seed {wildcards.seed} --sweep batch={wildcards.value} --threads {threads}"
         " --data {input.data} --out {output.record} --log {log}"
