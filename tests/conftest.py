@@ -69,6 +69,18 @@ TINY = {
 }
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """A prepared synthetic dataset: 200 train / 60 test images (7 steps of 32 per epoch)."""
+    from gpuscale import data
+
+    out = tmp_path_factory.mktemp("prepared")
+    data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
+                  "train_size": 200, "test_size": 60, "subset_seed": 0, "download_timeout_seconds": 1,
+                  "download_retries": 0}, out)
+    return out
+
+
 @pytest.fixture
 def tiny_overlay(tmp_path) -> Path:
     return write_yaml(tmp_path / "tiny.yaml", TINY)

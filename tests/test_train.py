@@ -3,16 +3,7 @@ import json
 import pytest
 
 from conftest import REPO
-from gpuscale import data, params, record, train
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prepared")
-    data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
-                  "train_size": 200, "test_size": 50, "subset_seed": 0, "download_timeout_seconds": 1,
-                  "download_retries": 0}, out)
-    return out
+from gpuscale import params, record, train
 
 
 def tiny_settings(device="cpu", epochs=2, on_missing="record", deterministic=False):

@@ -6,15 +6,6 @@ from conftest import REPO
 from gpuscale import data, loaders, params, record, train
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prepared")
-    data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
-                  "train_size": 200, "test_size": 60, "subset_seed": 0, "download_timeout_seconds": 1,
-                  "download_retries": 0}, out)
-    return out
-
-
 def settings_for(variant: str) -> dict:
     config = params.load([REPO / "params.yaml"])
     config["train"].update(epochs=2, batch_size=32, eval_batch_size=64, log_every_steps=100, phase_profile_steps=3,

@@ -10,12 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from importlib import resources
 from pathlib import Path
 
 import jinja2
 import polars as pl
-import yaml
 from great_tables import GT, loc, style
 
 from gpuscale import aggregate, charts, fsutil, paper
