@@ -14,7 +14,7 @@ from gpuscale.data import DataError
 def settings(**overrides) -> dict:
     base = {"source": "synthetic", "path": None, "url": "http://example.invalid/cifar-10-binary.tar.gz",
             "md5": "0" * 32, "train_size": None, "test_size": None, "subset_seed": 0,
-            "download_timeout_seconds": 5, "download_retries": 0}
+            "download_timeout_seconds": 5, "download_retries": 0, "image_mode": "strict"}
     return {**base, **overrides}
 
 

@@ -67,6 +67,18 @@ BAD = [
     ("models.resnet99", {}, "models.resnet99: unknown model"),
     ("models.resnet18", {"batch_sise": 64}, "models.resnet18.batch_sise: unknown key"),
     ("study.seeds", [0, 0], "study.seeds: entries must be unique"),
+    ("study.models", "resnet18", "study.models: 'resnet18' has the wrong type (allowed: array)"),
+    ("study.devices", [], "study.devices"),
+    ("train.batch_size", 0, "train.batch_size: 0 is out of range (allowed: >= 1)"),
+    ("data.md5", "xyz", "data.md5: 'xyz' is malformed"),
+    ("train.normalize.std", [0.2, 0.2, 0], "train.normalize.std.2: 0 is out of range (allowed: > 0)"),
+    ("report.accuracy_tolerance", 2, "report.accuracy_tolerance: 2 is out of range (allowed: <= 1)"),
+    ("variants.paper.precision", "fp8", "variants.paper.precision: 'fp8' is not allowed"),
+    ("sweeps.cpu_threads", [0], "sweeps.cpu_threads.0: 0 is out of range"),
+    ("data.image_mode", "lenient", "data.image_mode: 'lenient' is not allowed (allowed: strict, convert)"),
+    ("train", DELETE, "train: missing required key"),
+    ("models.resnet18", "fast", "models.resnet18"),
+    ("report.reference", ["/etc"], "report.reference.0: '/etc' is malformed"),
 ]
 
 

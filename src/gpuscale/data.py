@@ -37,6 +37,10 @@ DEFAULT_ARCHIVE = Path("data/raw/cifar-10-binary.tar.gz")
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp"}
 ARRAY_FILES = ("train_images.npy", "train_labels.npy", "test_images.npy", "test_labels.npy")
 MANIFEST_VERSION = 1
+# No CIFAR-sized image needs more than this, nor a whole image folder more than that: larger declared
+# sizes are refused before anything is decompressed (decompression bombs).
+MAX_MEMBER_BYTES = 16 * 1024 * 1024
+MAX_ARCHIVE_BYTES = 4 * 1024 * 1024 * 1024
 NO_NETWORK_MESSAGES = ("Name or service not known", "Temporary failure in name resolution", "No address associated", "Network is unreachable")
 
 
@@ -76,6 +80,13 @@ def read_cifar_archive(archive: Path) -> Dataset:
         raise DataError(f"{archive}: not a readable .tar.gz ({err}); delete it and download again") from None
     with tar:
         members = {m.name: m for m in tar.getmembers()}
+        for member in members.values():
+            if _unsafe_name(member.name) or not (member.isfile() or member.isdir()):
+                kind = "link" if member.issym() or member.islnk() else "special file" if not member.isfile() else "path"
+                raise DataError(f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
+                                 f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz")
+        if sum(m.size for m in members.values()) > MAX_ARCHIVE_BYTES:
+            raise DataError(f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10")
         wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
         missing = [name for name in wanted if name not in members]
         if missing:
@@ -177,6 +188,11 @@ def cifar10(settings: dict) -> Dataset:
 # ----------------------------------------------------------------------------- image folders
 
 
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":")
+
+
 def _split_class(name: str) -> tuple[str, str, str] | None:
     """'train/cat/0001.png' -> ('train', 'cat', '0001.png'); None for anything else."""
     parts = [p for p in name.replace("\\", "/").split("/") if p]
@@ -185,38 +201,64 @@ def _split_class(name: str) -> tuple[str, str, str] | None:
     return parts[0], parts[1], parts[2]
 
 
-def _decode(raw: bytes, name: str) -> np.ndarray:
+def _decode(raw: bytes, name: str, mode: str, converted: list[str]) -> np.ndarray:
+    """32x32 RGB as uint8 HWC. mode `strict` refuses anything else; `convert` resizes / converts and notes it."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(raw)) as image:
             image.load()
-            if image.size != IMAGE_SHAPE[:2]:
-                raise DataError(f"{name}: image is {image.size[0]}x{image.size[1]}, expected 32x32 (resize the images, or remove it)")
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+            if image.size != IMAGE_SHAPE[:2] or image.mode != "RGB":
+                if mode == "strict":
+                    raise DataError(f"{name}: image is {image.size[0]}x{image.size[1]} {image.mode}, expected 32x32 RGB "
+                                    f"(fix the file, or set data.image_mode: convert to resize and convert it)")
+                converted.append(name)
+                image = image.convert("RGB").resize(IMAGE_SHAPE[:2], Image.Resampling.BICUBIC)
+            return np.asarray(image, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
         raise DataError(f"{name}: not a readable image ({err}); remove or replace it") from None
 
 
-def _entries(root: Path) -> list[tuple[str, str, str, callable]]:
-    """(split, class, file name, reader) for every image under train/ and test/ of a folder or zip."""
-    entries = []
+def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tuple[str, str]]]:
+    """(split, class, file name, reader) for every file under train/<class>/ and test/<class>/ of a folder or
+    zip, and the set of (split, class) folders seen (to find empty classes). Nothing is ever extracted;
+    unsafe names, links and oversized members are refused before any is read.
+    """
+    entries, folders = [], set()
     if root.is_dir():
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root).as_posix()
+            parts = rel.split("/")
+            if len(parts) == 2 and parts[0] in ("train", "test") and path.is_dir():
+                folders.add((parts[0], parts[1]))
             parsed = _split_class(rel)
-            if parsed and path.is_file() and not parsed[2].startswith("."):
+            if parsed and not parsed[2].startswith("."):
+                if path.is_symlink() or not path.is_file():
+                    raise DataError(f"{path}: refused: not a regular file (a link or special file) in the image folder")
                 entries.append((*parsed, path.read_bytes))
-        return entries
+        return entries, folders
     try:
         archive = zipfile.ZipFile(root)
     except (zipfile.BadZipFile, OSError) as err:
         raise DataError(f"data.path: {root} is neither a folder nor a readable .zip ({err})") from None
-    for info in sorted(archive.infolist(), key=lambda i: i.filename):
+    infos = archive.infolist()
+    for info in infos:
+        if _unsafe_name(info.filename):
+            raise DataError(f"{root}: refused: member {info.filename!r} has an unsafe path (.. or absolute); nothing was extracted")
+        if (info.external_attr >> 16) & 0o170000 == 0o120000:
+            raise DataError(f"{root}: refused: member {info.filename!r} is a symbolic link")
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise DataError(f"{root}: refused: member {info.filename!r} declares {info.file_size} bytes, far above a 32x32 image")
+    if sum(i.file_size for i in infos) > MAX_ARCHIVE_BYTES:
+        raise DataError(f"{root}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes in all, far above CIFAR-10")
+    for info in sorted(infos, key=lambda i: i.filename):
+        parts = [p for p in info.filename.split("/") if p]
+        if len(parts) >= 2 and parts[0] in ("train", "test"):
+            folders.add((parts[0], parts[1]))
         parsed = _split_class(info.filename)
         if parsed and not info.is_dir() and not parsed[2].startswith("."):
             entries.append((*parsed, lambda info=info: archive.read(info)))
-    return entries
+    return entries, folders
 
 
 def imagefolder(settings: dict) -> Dataset:
@@ -225,7 +267,16 @@ def imagefolder(settings: dict) -> Dataset:
     root = Path(settings["path"])
     if not root.exists():
         raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
-    entries = [e for e in _entries(root) if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
+    mode = settings["image_mode"]
+    found, folders = _entries(root)
+    entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
+    others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
+    if others and mode == "strict":
+        raise DataError(f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
+                        f"or set data.image_mode: convert to skip such files")
+    empty = sorted(f"{s}/{c}" for s, c in folders if not any(e[0] == s and e[1] == c for e in entries))
+    if empty:
+        raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
     classes = {split: sorted({cls for s, cls, _, _ in entries if s == split}) for split in ("train", "test")}
     if not classes["train"]:
         raise DataError(f"{root}: no images under train/<class>/ (expected train/<class>/*.png|jpg and test/<class>/*)")
@@ -234,16 +285,20 @@ def imagefolder(settings: dict) -> Dataset:
     if classes["train"] != classes["test"]:
         raise DataError(f"{root}: train classes {classes['train']} differ from test classes {classes['test']}")
     index = {cls: i for i, cls in enumerate(classes["train"])}
-    arrays = {}
+    arrays, converted = {}, []
     for split in ("train", "test"):
         chosen = [e for e in entries if e[0] == split]
         images = np.empty((len(chosen), *IMAGE_SHAPE), dtype=np.uint8)
         labels = np.empty(len(chosen), dtype=np.int64)
         for i, (_, cls, name, read) in enumerate(chosen):
-            images[i] = _decode(read(), f"{root}:{split}/{cls}/{name}")
+            images[i] = _decode(read(), f"{root}:{split}/{cls}/{name}", mode, converted)
             labels[i] = index[cls]
         arrays[split] = (images, labels)
-    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source={"path": str(root)})
+    if converted:
+        log.warning("%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
+                    len(converted), converted[0])
+    source = {"path": str(root), "image_mode": mode, "converted_images": len(converted), "skipped_files": len(others)}
+    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source=source)
 
 
 # ----------------------------------------------------------------------------- synthetic

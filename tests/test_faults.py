@@ -1,0 +1,160 @@
+"""Bad input and faults: a clear error, nothing half-written, nothing unsafe (issue 6, in part)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+
+import pytest
+from PIL import Image
+
+from conftest import REPO, TINY, tool_env, write_yaml
+from gpuscale import data
+from gpuscale.data import DataError
+
+
+def settings(**overrides) -> dict:
+    base = {"source": "imagefolder", "path": None, "url": "http://example.invalid/x.tar.gz", "md5": "0" * 32,
+            "train_size": None, "test_size": None, "subset_seed": 0, "download_timeout_seconds": 5,
+            "download_retries": 0, "image_mode": "strict"}
+    return {**base, **overrides}
+
+
+def png(size=(32, 32), mode="RGB") -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, size, 100).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def good_zip(path, extra: dict | None = None):
+    with zipfile.ZipFile(path, "w") as archive:
+        for split in ("train", "test"):
+            for cls in ("cat", "dog"):
+                archive.writestr(f"{split}/{cls}/0.png", png())
+        for name, raw in (extra or {}).items():
+            archive.writestr(name, raw)
+    return path
+
+
+def prepare_fails(tmp_path, match, **overrides):
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=match) as err:
+        data.prepare(settings(**overrides), out)
+    assert not out.exists()
+    assert "\n" not in str(err.value)
+    return err
+
+
+@pytest.mark.parametrize("name", ["../evil.png", "/abs/evil.png", "train/../../evil.png"])
+def test_zip_with_unsafe_paths_is_refused_and_writes_nothing_outside(tmp_path, name):
+    archive = good_zip(tmp_path / "a.zip", {name: png()})
+    before = set(tmp_path.parent.iterdir())
+    prepare_fails(tmp_path, "unsafe path", path=str(archive))
+    assert set(tmp_path.parent.iterdir()) == before and not (tmp_path.parent / "evil.png").exists()
+
+
+def test_zip_symlink_member_is_refused(tmp_path):
+    archive = good_zip(tmp_path / "a.zip")
+    with zipfile.ZipFile(archive, "a") as z:
+        info = zipfile.ZipInfo("train/cat/link.png")
+        info.external_attr = (0o120777 << 16)
+        z.writestr(info, "/etc/passwd")
+    prepare_fails(tmp_path, "symbolic link", path=str(archive))
+
+
+def test_zip_declaring_a_huge_member_is_refused_before_decompression(tmp_path):
+    archive = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("train/cat/0.png", b"\0" * (data.MAX_MEMBER_BYTES + 1))
+    prepare_fails(tmp_path, "declares", path=str(archive))
+
+
+def test_tar_with_link_or_dotdot_member_is_refused(tmp_path):
+    for kind in ("symlink", "dotdot"):
+        archive = tmp_path / f"{kind}.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            info = tarfile.TarInfo("cifar-10-batches-bin/data_batch_1.bin" if kind == "symlink" else "../x.bin")
+            if kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"abc"))
+        md5 = __import__("hashlib").md5(archive.read_bytes()).hexdigest()
+        prepare_fails(tmp_path, "refused", source="cifar10", path=str(archive), md5=md5)
+
+
+def test_corrupt_archive_already_in_place_is_refused(tmp_path):
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    archive.write_bytes(b"not a tar")
+    md5 = __import__("hashlib").md5(archive.read_bytes()).hexdigest()
+    prepare_fails(tmp_path, "not a readable .tar.gz", source="cifar10", path=str(archive), md5=md5)
+
+
+def test_non_image_file_refused_in_strict_mode_and_skipped_in_convert_mode(tmp_path):
+    archive = good_zip(tmp_path / "a.zip", {"train/cat/notes.txt": b"hello"})
+    prepare_fails(tmp_path, "notes.txt is not an image file", path=str(archive))
+    manifest = data.prepare(settings(path=str(archive), image_mode="convert"), tmp_path / "ok")
+    assert manifest["origin"]["skipped_files"] == 1
+
+
+def test_corrupt_image_is_refused_naming_it(tmp_path):
+    archive = good_zip(tmp_path / "a.zip", {"train/cat/1.png": b"\x89PNG broken"})
+    prepare_fails(tmp_path, "train/cat/1.png: not a readable image", path=str(archive))
+
+
+def test_wrong_size_image_refused_or_converted_by_param(tmp_path):
+    archive = good_zip(tmp_path / "a.zip", {"train/cat/1.png": png((64, 48), "L")})
+    prepare_fails(tmp_path, "64x48 L, expected 32x32 RGB.*image_mode: convert", path=str(archive))
+    manifest = data.prepare(settings(path=str(archive), image_mode="convert"), tmp_path / "ok")
+    assert manifest["origin"]["converted_images"] == 1
+    dataset, _, _ = data.load_prepared(tmp_path / "ok")
+    assert dataset.train_images.shape == (3, 32, 32, 3)
+
+
+def test_empty_class_and_missing_test_split_are_refused(tmp_path):
+    root = tmp_path / "tree"
+    for split in ("train", "test"):
+        (root / split / "cat").mkdir(parents=True)
+        (root / split / "cat" / "0.png").write_bytes(png())
+    (root / "train" / "dog").mkdir()
+    prepare_fails(tmp_path, "class folder train/dog/ holds no images", path=str(root))
+    only_train = tmp_path / "only_train.zip"
+    with zipfile.ZipFile(only_train, "w") as z:
+        z.writestr("train/cat/0.png", png())
+    prepare_fails(tmp_path, "a test split is required", path=str(only_train))
+
+
+def test_no_pickle_is_loaded_anywhere():
+    sources = "".join(p.read_text() for p in (REPO / "src/gpuscale").rglob("*.py"))
+    assert "import pickle" not in sources and "pickle.load" not in sources
+    assert "allow_pickle=True" not in sources and "torch.load(" not in sources
+
+
+@pytest.mark.e2e
+def test_killed_training_leaves_no_record_that_looks_finished(tmp_path):
+    """SIGKILL in the middle of an epoch: no record, no partial file where the record would be."""
+    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "data": {"source": "synthetic", "train_size": 4000, "test_size": 50},
+                                                "train": {**TINY["train"], "epochs": 50, "log_every_steps": 5}})
+    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
+                    str(overlay), "--out", str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+    out = tmp_path / "runs" / "record.json"
+    log = tmp_path / "train.log"
+    proc = subprocess.Popen([sys.executable, "-m", "gpuscale", "train", "--params", str(REPO / "params.yaml"),
+                             "--params", str(overlay), "--model", "simplecnn", "--device", "cpu", "--threads", "1",
+                             "--data", str(tmp_path / "prepared"), "--out", str(out), "--log", str(log)],
+                            env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "step 10/" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.2)
+    assert "step 10/" in log.read_text(), "training never reached step 10"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists()
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
