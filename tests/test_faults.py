@@ -138,8 +138,9 @@ def test_no_pickle_is_loaded_anywhere():
 
 
 @pytest.mark.e2e
-def test_killed_training_leaves_no_record_that_looks_finished(tmp_path):
-    """SIGKILL in the middle of an epoch: no record, no partial file where the record would be."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_training_leaves_no_record_that_looks_finished(tmp_path, sig):
+    """A signal in the middle of an epoch: no record, no partial file where the record would be."""
     overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "data": {"source": "synthetic", "train_size": 4000, "test_size": 50},
                                                 "train": {**TINY["train"], "epochs": 50, "log_every_steps": 5}})
     subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
@@ -154,7 +155,7 @@ def test_killed_training_leaves_no_record_that_looks_finished(tmp_path):
     while time.monotonic() < deadline and "step 10/" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.2)
     assert "step 10/" in log.read_text(), "training never reached step 10"
-    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(proc.pid, sig)
     proc.wait(timeout=30)
     assert not out.exists()
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
