@@ -159,3 +159,66 @@ def test_killed_training_leaves_no_record_that_looks_finished(tmp_path, sig):
     proc.wait(timeout=30)
     assert not out.exists()
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+class _Server:
+    """A local HTTP server for one file: honours Range, can cut the first transfer off halfway, or answer 404."""
+
+    def __init__(self, payload: bytes, cut_first: bool = False, status: int = 200):
+        import http.server
+        import threading
+
+        self.payload, self.cut_first, self.status, self.ranges = payload, cut_first, status, []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if server.status != 200:
+                    self.send_error(server.status)
+                    return
+                start = 0
+                if self.headers.get("Range"):
+                    start = int(self.headers["Range"].split("=")[1].split("-")[0])
+                server.ranges.append(start)
+                body = server.payload[start:]
+                self.send_response(206 if start else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if server.cut_first and len(server.ranges) == 1:
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/cifar-10-binary.tar.gz"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_cut_off_download_is_resumed_on_the_next_try(tmp_path):
+    payload = os.urandom(300_000)
+    server = _Server(payload, cut_first=True)
+    try:
+        data.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=1)
+    finally:
+        server.close()
+    assert (tmp_path / "raw" / "a.tar.gz").read_bytes() == payload
+    assert server.ranges[0] == 0 and 0 < server.ranges[1] < len(payload)  # the second request resumed
+    assert not (tmp_path / "raw" / "a.tar.gz.part").exists()
+
+
+def test_http_error_is_reported_with_its_code_and_the_other_sources(tmp_path):
+    server = _Server(b"", status=404)
+    try:
+        with pytest.raises(DataError, match="HTTP 404.*imagefolder.*synthetic"):
+            data.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=2)
+    finally:
+        server.close()
+    assert not (tmp_path / "raw" / "a.tar.gz").exists()

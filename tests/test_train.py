@@ -77,6 +77,7 @@ def test_same_seed_deterministic_mode_gives_identical_losses(prepared, tmp_path)
     for name in ("a.json", "b.json"):
         train.run(tiny_settings(deterministic=True), prepared, tmp_path / name, threads=1)
         runs.append(record.load(tmp_path / name)["epochs"])
+    assert record.load(tmp_path / "a.json")["environment"]["deterministic_algorithms"] is True
     assert [e["train_loss"] for e in runs[0]] == [e["train_loss"] for e in runs[1]]
     assert [e["test_accuracy"] for e in runs[0]] == [e["test_accuracy"] for e in runs[1]]
 
@@ -151,3 +152,9 @@ def test_thread_sweep_run_uses_the_swept_threads_and_keys_the_record(prepared, t
     assert rec["environment"]["torch_threads"] == 1
     assert rec["key"]["sweep"] == {"parameter": "threads", "value": 1}
     assert record.key(rec) == ("simplecnn", "cpu", "paper", 0, "threads", 1)
+
+
+def test_deterministic_mode_is_switched_off_again_for_the_next_run(prepared, tmp_path):
+    train.run(tiny_settings(deterministic=True, epochs=1), prepared, tmp_path / "d.json", threads=1)
+    train.run(tiny_settings(deterministic=False, epochs=1), prepared, tmp_path / "n.json", threads=1)
+    assert record.load(tmp_path / "n.json")["environment"]["deterministic_algorithms"] is False

@@ -8,6 +8,7 @@ fixed-size records, image folders are decoded with Pillow.
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import logging
@@ -140,6 +141,8 @@ def download(url: str, dest: Path, timeout: float, retries: int) -> None:
                     while chunk := response.read(1 << 16):
                         handle.write(chunk)
                         bar.update(len(chunk))
+            if total is not None and part.stat().st_size != total:
+                raise http.client.IncompleteRead(b"", total - part.stat().st_size)
             part.replace(dest)
             return
         except urllib.error.HTTPError as err:
@@ -148,8 +151,8 @@ def download(url: str, dest: Path, timeout: float, retries: int) -> None:
                 part.unlink(missing_ok=True)
             elif 400 <= err.code < 500 and err.code != 429:
                 break
-        except (urllib.error.URLError, OSError, TimeoutError) as err:
-            last_error = err
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as err:
+            last_error = err  # a cut-off transfer keeps its .part file: the next attempt resumes it
             if any(text in str(getattr(err, "reason", err)) for text in NO_NETWORK_MESSAGES):
                 break  # no name resolution: no network, and retrying will not bring it
     raise DataError(

@@ -89,8 +89,7 @@ def set_determinism(seed: int, deterministic: bool) -> None:
     torch.manual_seed(seed)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic)  # process-wide: set both ways
 
 
 def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: variants.Runner) -> tuple[float, float]:

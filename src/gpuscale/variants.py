@@ -46,7 +46,9 @@ class Runner:
             # "default": PyTorch's own (TF32 convolutions, fp32 matmuls)
             self.effective["matmul_tf32"] = torch.backends.cuda.matmul.allow_tf32
             self.effective["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.benchmark = bool(self.knobs["cudnn_benchmark"])
+        # autotuning picks algorithms by timing: never together with deterministic mode
+        torch.backends.cudnn.benchmark = (bool(self.knobs["cudnn_benchmark"])
+                                          and not torch.are_deterministic_algorithms_enabled())
         self.effective["cudnn_benchmark"] = torch.backends.cudnn.benchmark
 
     def _cpu_autocast_ok(self) -> bool:
