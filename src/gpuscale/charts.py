@@ -39,9 +39,10 @@ def _empty(title: str, message: str) -> alt.Chart:
 
 def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
     rows = []
+    paper = aggregate.paper_frame()
     for fit in fits.filter((pl.col("fit") == fit_name) & pl.col("ok")).iter_rows(named=True):
         if fit["source"] == aggregate.PAPER_SOURCE:
-            sizes = aggregate.paper_frame()[column] if column in aggregate.paper_frame().columns else None
+            sizes = paper[column] if column in paper.columns else None
         else:
             sizes = speedup.filter((pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"])
                                    & pl.col("speedup").is_not_null())[column]

@@ -30,8 +30,12 @@ def setup_logging(log_file: str | None, verbose: bool = False) -> None:
     )
 
 
+def params_files(args) -> list[Path]:
+    return [Path(p) for p in (args.params or [params_mod.DEFAULT_PARAMS])]
+
+
 def load_params(args) -> dict:
-    return params_mod.load([Path(p) for p in (args.params or [params_mod.DEFAULT_PARAMS])])
+    return params_mod.load(params_files(args))
 
 
 def cmd_validate(args) -> int:
@@ -102,8 +106,7 @@ def cmd_report(args) -> int:
     from gpuscale import report
 
     config = load_params(args)
-    files = [Path(p) for p in (args.params or [params_mod.DEFAULT_PARAMS])]
-    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, files)
+    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, params_files(args))
     return 0
 
 

@@ -218,13 +218,9 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
             loss = criterion(outputs, labels)
         clock(2)
         optimizer.zero_grad(set_to_none=True)
-        (runner.scaler.scale(loss) if runner.scaler else loss).backward()
+        runner.backward(loss)
         clock(3)
-        if runner.scaler:
-            runner.scaler.step(optimizer)
-            runner.scaler.update()
-        else:
-            optimizer.step()
+        runner.step(optimizer)
         clock(4)
         synchronize(device)
         if cuda:

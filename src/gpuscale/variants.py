@@ -88,14 +88,19 @@ class Runner:
         if reason:
             self.notes.append(reason)
 
-    def backward_step(self, loss: torch.Tensor, optimizer) -> None:
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer) -> None:
         if self.scaler is None:
-            loss.backward()
             optimizer.step()
         else:
-            self.scaler.scale(loss).backward()
             self.scaler.step(optimizer)
             self.scaler.update()
+
+    def backward_step(self, loss: torch.Tensor, optimizer) -> None:
+        self.backward(loss)
+        self.step(optimizer)
 
     def describe(self) -> dict:
         return {"name": self.name, "knobs": self.knobs, "effective": self.effective, "notes": self.notes}
