@@ -7,7 +7,6 @@ columns in a fixed order, so rerunning on the same records changes no byte.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -52,10 +51,6 @@ def load_all(sources: dict[str, list[Path]], skip_bad: bool = False) -> tuple[li
             seen[key] = path
             loaded.append((source, path, rec))
     return loaded, skipped
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def host_label(rec: dict) -> str:
@@ -118,7 +113,7 @@ def runs_frame(loaded) -> pl.DataFrame:
             **energy_columns(rec.get("energy")),
             "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
             "started_at": rec["started_at"], "finished_at": rec["finished_at"],
-            "record_path": str(path), "record_sha256": _sha256(path),
+            "record_path": str(path), "record_sha256": fsutil.sha256_file(path),
         })
     return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
 
@@ -172,10 +167,6 @@ def epochs_frame(loaded) -> pl.DataFrame:
         for e in rec["epochs"]
     ]
     return pl.DataFrame(rows, schema=EPOCH_SCHEMA).sort([*KEY_COLUMNS, "epoch"])
-
-
-def is_gpu(device: str) -> bool:
-    return device != "cpu"
 
 
 def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
