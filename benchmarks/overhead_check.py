@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--pairs", default=None,
+                        help="comma-separated loader/loop pairs to run, e.g. gpuscale/gpuscale,bare/bare (default all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -65,8 +67,10 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
     bare_epoch(model, loaders["bare"], device, criterion, optimizer)  # warm-up
+    pairs = ([tuple(pair.split("/")) for pair in args.pairs.split(",")] if args.pairs
+             else list(itertools.product(loaders, loops)))
     for _ in range(args.rounds):
-        for loader_name, loop_name in itertools.product(loaders, loops):
+        for loader_name, loop_name in pairs:
             seconds = loops[loop_name](model, loaders[loader_name], device, criterion, optimizer)
             print(json.dumps({"loader": loader_name, "loop": loop_name, "seconds": round(seconds, 3),
                               "images_per_second": round(len(dataset.train_labels) / seconds)}), flush=True)

@@ -154,3 +154,35 @@ def test_variant_gains_split_hardware_from_usage(tmp_path):
     assert gains == {"cpu": pytest.approx(2.0), "cuda": pytest.approx(4.0)}
     speedups = {r["variant"]: r["speedup"] for r in out["speedup"].iter_rows(named=True)}
     assert speedups == {"paper": pytest.approx(10.0), "tuned": pytest.approx(20.0)}
+
+
+def test_compiled_variant_gain_is_told_apart_over_the_run_and_after_the_first_epoch(tmp_path):
+    paths = [records.write(tmp_path / "r", records.make("resnet50", "cuda", [10.0, 10.0, 10.0])),
+             records.write(tmp_path / "r", records.make("resnet50", "cuda", [25.0, 2.5, 2.5], variant="tuned"))]
+    row = run(tmp_path, paths)["gains"].row(0, named=True)
+    assert row["gain"] == pytest.approx(1.0) and row["steady_gain"] == pytest.approx(4.0)
+
+
+def test_sampling_table_checks_the_sampled_protocol_on_full_runs(tmp_path):
+    # 8 steps per epoch; warm-up 2 steps take 1 s, then 0.5 s a step: the sampled estimate from the first 4 steps
+    # of epoch 1 is exact (4.0 s); epoch 2 slows down after step 4 (measured 5.0 s, estimated 4.0 s).
+    rec = records.make("simplecnn", "cpu", [4.0, 5.0])
+    rec["settings"]["train"]["sample_warmup_steps"] = 2
+    rec["epochs"][0]["step_marks"] = [[2, 1.0], [4, 2.0]]
+    rec["epochs"][1]["step_marks"] = [[2, 1.0], [4, 2.0]]
+    sampling = run(tmp_path, [records.write(tmp_path / "r", rec)])["sampling"]
+    row = sampling.row(0, named=True)
+    assert (row["sampled_steps"], row["warmup_steps"], row["steps_per_epoch"]) == (4, 2, 8)
+    assert row["estimated_total_seconds"] == pytest.approx(8.0) and row["measured_total_seconds"] == pytest.approx(9.0)
+    assert row["error"] == pytest.approx(8.0 / 9.0 - 1)
+    assert (row["epoch_error_min"], row["epoch_error_max"]) == (pytest.approx(-0.2), pytest.approx(0.0))
+
+
+def test_sampled_runs_get_no_accuracy_parity(tmp_path):
+    cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3)
+    cpu["timing"]["extrapolated"] = True
+    paths = [records.write(tmp_path / "r", cpu),
+             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8))]
+    row = run(tmp_path, paths)["speedup"].row(0, named=True)
+    assert row["extrapolated"] and row["accuracy_difference"] is None and row["accuracy_parity"] is None
+    assert row["speedup"] == pytest.approx(10.0)

@@ -36,6 +36,10 @@ def test_tiny_run_writes_a_valid_record(prepared, tmp_path, caplog):
     assert rec["model"]["parameters"] == 554_474
     assert rec["settings"]["train"]["epochs"] == 2
     assert any("step 2/7" in m for m in caplog.messages)  # progress is logged while it runs
+    # the clock at sample_warmup_steps (5 of 7 steps): a synchronised mark inside each epoch, for the sampling check
+    for epoch in rec["epochs"]:
+        [[step, seconds]] = epoch["step_marks"]
+        assert step == 5 and 0 < seconds < epoch["train_seconds"]
 
 
 def test_learning_rate_follows_steplr(prepared, tmp_path):

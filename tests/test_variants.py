@@ -48,6 +48,9 @@ def test_variants_give_distinct_labelled_records(prepared, tmp_path):
     # bf16 on this CPU either ran or the record says why not; never silently
     assert tuned["variant"]["effective"]["autocast"] == "bfloat16" or any("bf16" in n for n in tuned["variant"]["notes"])
     assert "fused_optimizer" in tuned["variant"]["effective"]
+    # tuned asks for CUDA graphs (compile: reduce-overhead): on a CPU that cannot apply, so it ran uncompiled, and says so
+    assert tuned["variant"]["knobs"]["compile"] == "reduce-overhead" and tuned["variant"]["effective"]["compile"] == "none"
+    assert any("CUDA graphs" in n for n in tuned["variant"]["notes"])
     assert tuned["phase_profile"]["steps"] == 3
     assert all(np.isfinite(e["train_loss"]) for e in tuned["epochs"])
 

@@ -88,6 +88,8 @@ def cmd_aggregate(args) -> int:
     config = load_params(args)
     records = [Path(params_mod.record_path(**key)) for key in params_mod.run_keys(config)]
     records += [Path(params_mod.sweep_record_path(**key)) for key in params_mod.sweep_keys(config)]
+    if args.reference_only:  # a report of shipped records alone (reference/*/report.html)
+        records = []
     report = config["report"]
     aggregate.run(records, report["reference"], Path(args.out), Path(args.metrics), report["accuracy_tolerance"],
                   skip_bad=report["skip_bad_records"])
@@ -155,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", parents=[common], help="records -> Polars tables, fits and metrics")
     p.add_argument("--out", default="results/tables")
     p.add_argument("--metrics", default="results/metrics.json")
+    p.add_argument("--reference-only", action="store_true",
+                   help="aggregate only the report.reference folders, none of this host's records")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("charts", parents=[common], help="tables -> Altair charts (HTML, SVG, Vega-Lite JSON)")

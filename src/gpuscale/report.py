@@ -122,8 +122,22 @@ def fits_table(fits: pl.DataFrame) -> str:
 def gains_table(gains: pl.DataFrame) -> str | None:
     if gains.is_empty():
         return None
-    return (GT(gains).fmt_number(columns=["baseline_seconds", "variant_seconds"], decimals=2)
-            .fmt_number(columns="gain", decimals=2, pattern="{x}×").as_raw_html())
+    return (GT(gains).fmt_number(columns=["baseline_seconds", "variant_seconds", "baseline_steady_seconds",
+                                          "variant_steady_seconds"], decimals=2)
+            .fmt_number(columns=["gain", "steady_gain"], decimals=2, pattern="{x}×")
+            .sub_missing(missing_text="—").as_raw_html())
+
+
+def sampling_table(sampling: pl.DataFrame) -> str | None:
+    """The sampled protocol checked on full runs, at the step counts its users pick most (20 to 100)."""
+    frame = sampling.filter(pl.col("sampled_steps").is_in([20, 40, 60, 100]))
+    if frame.is_empty():
+        return None
+    frame = frame.select("source", "model", "device", "variant", "seed", "sampled_steps", "estimated_total_seconds",
+                         "measured_total_seconds", "error", "epoch_error_min", "epoch_error_max")
+    return (GT(frame).fmt_number(columns=["estimated_total_seconds", "measured_total_seconds"], decimals=1)
+            .fmt_percent(columns=["error", "epoch_error_min", "epoch_error_max"], decimals=1, force_sign=True)
+            .as_raw_html())
 
 
 def environments(runs: pl.DataFrame) -> str:
@@ -192,6 +206,7 @@ def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path]
         verdicts=[(group, fit["verdict"]) for group, fit in summary.items()],
         fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
         gains=jinja2.utils.markupsafe.Markup(gains_table(tables["gains"]) or ""),
+        sampling=jinja2.utils.markupsafe.Markup(sampling_table(tables["sampling"]) or ""),
         charts=[{"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
                 for n in charts.CHART_NAMES],
         runs=jinja2.utils.markupsafe.Markup(runs_table(tables["runs"])),

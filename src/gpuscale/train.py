@@ -110,6 +110,9 @@ def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: 
     return loss_sum.item() / count, correct.item() / count
 
 
+STEP_MARKS = (10, 20, 40, 60, 100, 200, 400, 800)
+
+
 def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps: int | None = None,
                 sample_warmup_steps: int = 0, runner: variants.Runner | None = None) -> dict:
     """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync.
@@ -130,6 +133,10 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     images_seen = 0
     steps = 0
     warm_seconds = 0.0
+    # A few synchronised clock reads per epoch (negligible): from them, the error the sampled protocol would
+    # make on this very epoch is known (gpuscale.aggregate's `sampling` table).
+    marks = {m for m in (sample_warmup_steps, *STEP_MARKS) if 0 < m < steps_per_epoch}
+    step_marks: list[list] = []
     synchronize(device)
     start = time.perf_counter()
     for images, labels in loader:
@@ -146,9 +153,13 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
         images_seen += sizes[-1]
         steps += 1
         progress(steps, images_seen, lambda: weighted_loss_sum(losses, sizes), start)
-        if sampled and steps == warmup:
+        if steps in marks or (sampled and steps == warmup):
             synchronize(device)
-            warm_seconds = time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            if steps in marks:
+                step_marks.append([steps, elapsed])
+            if sampled and steps == warmup:
+                warm_seconds = elapsed
         if sampled and steps >= max_steps:
             break
     synchronize(device)
@@ -166,6 +177,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
         "measured_steps": steps,
         "measured_seconds": measured_seconds,
         "extrapolated": sampled,
+        "step_marks": step_marks,
         "images_per_second": train_images / seconds if seconds > 0 else 0.0,
         "train_loss": weighted_loss_sum(losses, sizes) / max(images_seen, 1),
         "train_accuracy": torch.stack(corrects).sum().item() / max(images_seen, 1),

@@ -69,8 +69,12 @@ class Runner:
             model = model.to(memory_format=torch.channels_last)
         self.effective["memory_format"] = "channels_last" if self.channels_last else "contiguous"
         mode = self.knobs["compile"]
+        if mode == "reduce-overhead" and self.device.type != "cuda":
+            self.notes.append("compile reduce-overhead means CUDA graphs, which need a CUDA device: ran uncompiled")
+            mode = "none"
         if mode != "none":
-            model = torch.compile(model, mode=None if mode == "default" else mode)
+            # static shapes: the last, smaller batch gets its own graph instead of a dynamic-shape rebuild
+            model = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
         self.effective["compile"] = mode
         return model
 

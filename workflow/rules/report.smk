@@ -19,6 +19,8 @@ rule aggregate:
         gains_parquet="results/tables/gains.parquet",
         sweeps="results/tables/sweeps.csv",
         sweeps_parquet="results/tables/sweeps.parquet",
+        sampling="results/tables/sampling.csv",
+        sampling_parquet="results/tables/sampling.parquet",
         notes="results/tables/notes.json",
         metrics="results/metrics.json",
     params:
@@ -67,6 +69,7 @@ rule report:
         phases=rules.aggregate.output.phases_parquet,
         gains=rules.aggregate.output.gains_parquet,
         sweeps=rules.aggregate.output.sweeps_parquet,
+        sampling=rules.aggregate.output.sampling_parquet,
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
