@@ -193,7 +193,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         tooltip=["source", "model", "device", "phase", alt.Tooltip("fraction:Q", format=".1%"),
                  alt.Tooltip("seconds_per_epoch:Q", format=".3f"), alt.Tooltip("seconds_per_step:Q", format=".5f"),
                  alt.Tooltip("overhead_fraction:Q", format=".1%", title="instrumentation overhead")],
-    ).properties(title=title, width=WIDTH, height=alt.Step(22))
+    ).properties(title=title, width=WIDTH, height=alt.Step(22)).resolve_scale(y="independent")
 
 
 def threads(sweeps: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
