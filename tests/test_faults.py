@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, TINY, tool_env, write_yaml
-from gpuscale import data
+from gpuscale import checkpoint, data, record, train
 from gpuscale.data import DataError
 
 
@@ -222,3 +222,100 @@ def test_http_error_is_reported_with_its_code_and_the_other_sources(tmp_path):
     finally:
         server.close()
     assert not (tmp_path / "raw" / "a.tar.gz").exists()
+
+
+def test_killed_run_resumes_from_its_last_epoch_and_the_record_says_who_timed_what(tmp_path):
+    """runtime.resume: a real training process is killed after its second epoch; the next run continues from the
+    checkpoint. Deterministic mode: the resumed run's losses equal an uninterrupted run's, so the state (weights,
+    optimizer, scheduler, random generators) came back whole; each epoch keeps the time its own process measured."""
+    base = {**TINY, "data": {"source": "synthetic", "train_size": 1280, "test_size": 50},
+            "train": {**TINY["train"], "epochs": 4, "deterministic": True, "log_every_steps": 100}}
+    plain = write_yaml(tmp_path / "plain.yaml", base)
+    resumable = write_yaml(tmp_path / "resume.yaml", {**base, "runtime": {"resume": True}})
+    params = ["--params", str(REPO / "params.yaml")]
+    subprocess.run([sys.executable, "-m", "gpuscale", "data", *params, "--params", str(plain), "--out",
+                    str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+
+    def train(overlay, out, log):
+        return [sys.executable, "-m", "gpuscale", "train", *params, "--params", str(overlay), "--model", "simplecnn",
+                "--device", "cpu", "--threads", "1", "--data", str(tmp_path / "prepared"), "--out", str(out),
+                "--log", str(log)]
+
+    subprocess.run(train(plain, tmp_path / "whole.json", tmp_path / "whole.log"), check=True, env=tool_env(),
+                   capture_output=True)
+    out, log = tmp_path / "runs" / "r.json", tmp_path / "first.log"
+    proc = subprocess.Popen(train(resumable, out, log), env=tool_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = checkpoint.path_for(out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "epoch 2/4 done" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGSTOP)  # hold it still, then kill it: after epoch 2, before epoch 4
+    text = log.read_text()
+    assert "epoch 2/4 done" in text and "epoch 4/4 done" not in text
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists() and ckpt.exists()
+    done_before_kill = checkpoint.read_meta(ckpt)["segments"][0]["epochs"]
+    assert done_before_kill in ([1], [1, 2], [1, 2, 3])  # the checkpoint of epoch 2 may still have been in writing
+
+    second = subprocess.run(train(resumable, out, tmp_path / "second.log"), env=tool_env(), capture_output=True,
+                            text=True)
+    assert second.returncode == 0, second.stderr
+    rec, whole = record.load(out), record.load(tmp_path / "whole.json")
+    assert not ckpt.exists()  # removed once the record is written
+    segments = rec["process"]["segments"]
+    assert rec["process"]["resumed"] and [s["pid"] for s in segments] == [proc.pid, rec["process"]["pid"]]
+    assert segments[0]["epochs"] == done_before_kill and segments[0]["epochs"] + segments[1]["epochs"] == [1, 2, 3, 4]
+    resumed_at = segments[1]["epochs"][0]
+    assert [e["warmup"] for e in rec["epochs"]] == [e["epoch"] in (1, resumed_at) for e in rec["epochs"]]
+    assert [e["train_loss"] for e in rec["epochs"]] == [e["train_loss"] for e in whole["epochs"]]
+    assert [e["test_accuracy"] for e in rec["epochs"]] == [e["test_accuracy"] for e in whole["epochs"]]
+    assert [e["learning_rate"] for e in rec["epochs"]] == [e["learning_rate"] for e in whole["epochs"]]
+    steady = [e["train_seconds"] for e in rec["epochs"] if not e["warmup"]]
+    assert rec["timing"]["steady_epoch_seconds_mean"] == pytest.approx(sum(steady) / len(steady))
+
+
+def test_a_checkpoint_from_other_settings_is_set_aside_not_resumed(tmp_path, caplog):
+    base = {**TINY, "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
+            "train": {**TINY["train"], "epochs": 1}}
+    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
+                    str(write_yaml(tmp_path / "o.yaml", base)), "--out", str(tmp_path / "prepared")],
+                   check=True, env=tool_env(), capture_output=True)
+    out = tmp_path / "r.json"
+    ckpt = checkpoint.path_for(out)
+    from safetensors.torch import save_file
+    import json as _json
+    import torch
+    save_file({"x": torch.zeros(1)}, str(ckpt), metadata={"gpuscale": _json.dumps(
+        {"version": checkpoint.VERSION, "identity": {"host_fingerprint": "elsewhere"}, "epochs": [], "segments": []})})
+    from test_train import tiny_settings
+    caplog.set_level("WARNING")
+    train.run(tiny_settings(epochs=1), tmp_path / "prepared", out, threads=1, resume=True)
+    rec = record.load(out)
+    assert rec["process"]["resumed"] is False and len(rec["process"]["segments"]) == 1
+    assert any("another" in m and "host_fingerprint" in m for m in caplog.messages)
+    assert not ckpt.exists()
+
+
+def test_out_of_memory_names_the_batch_size_and_writes_no_record(tmp_path, monkeypatch, capsys):
+    """Out of device memory (raised where a real GPU raises it: inside the training epoch; CI has no GPU to fill):
+    a one-line error that says so and names the params to lower; no record, no checkpoint."""
+    base = {**TINY, "data": {"source": "synthetic", "train_size": 200, "test_size": 50}}
+    overlay = write_yaml(tmp_path / "o.yaml", {**base, "runtime": {"resume": True}})
+    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
+                    str(overlay), "--out", str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    import torch
+    from gpuscale import cli
+    monkeypatch.setattr(train, "train_epoch", out_of_memory)
+    out = tmp_path / "runs" / "r.json"
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--params", str(overlay), "--model", "resnet18",
+                     "--device", "cpu", "--threads", "1", "--data", str(tmp_path / "prepared"), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code != 0 and "out of cpu memory at batch size 32" in err
+    assert "train.batch_size" in err and "models.resnet18.batch_size" in err and "Traceback" not in err
+    assert not out.exists() and not checkpoint.path_for(out).exists()

@@ -192,3 +192,39 @@ def test_dvc_repro_reruns_only_the_edited_model_and_travels_through_a_remote(tmp
     run(["dvc", "pull"], clone)
     assert records(clone) == second
     assert set(dvc_status(clone)) <= {"host"}
+
+
+def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_resumes(tmp_path):
+    """The whole Snakemake process group killed (SIGKILL) in the middle of a training job: no record, so the job
+    is planned again; after `snakemake --unlock` the rerun continues from the epoch checkpoint (runtime.resume)."""
+    import os
+    import signal
+    import time
+
+    from conftest import tool_env
+    from gpuscale import checkpoint
+
+    repo = copy_project(tmp_path / "repo")
+    overlay = params.deep_merge(TINY, {"data": {"train_size": 1280}, "train": {"epochs": 6, "log_every_steps": 100},
+                                       "runtime": {"resume": True}})
+    write_yaml(repo / "tiny.yaml", overlay)
+    argv = ["snakemake", "--cores", "1", "--configfile", "tiny.yaml"]
+    log = repo / "logs/train/simplecnn/cpu/paper-seed0.log"
+    out = repo / "results/runs/simplecnn/cpu/paper-seed0.json"
+    proc = subprocess.Popen(argv, cwd=repo, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and "epoch 2/6 done" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    text = log.read_text()
+    assert "epoch 2/6 done" in text and "epoch 6/6 done" not in text
+    assert not out.exists() and checkpoint.path_for(out).exists()
+    run(["snakemake", "--unlock", "--configfile", "tiny.yaml"], repo)
+    assert "Training simplecnn on cpu" in run(argv + ["-n"], repo).stdout
+    run(argv, repo)
+    rec = record.load(out)
+    assert rec["process"]["resumed"] and len(rec["process"]["segments"]) == 2
+    assert [e["epoch"] for e in rec["epochs"]] == list(range(1, 7)) and not checkpoint.path_for(out).exists()
+    assert (repo / "reports/index.html").exists()

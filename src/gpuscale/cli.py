@@ -78,7 +78,8 @@ def cmd_train(args) -> int:
         settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
         default_out = params_mod.record_path(args.model, args.device, args.variant, args.seed)
     out = Path(args.out or default_out)
-    train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"))
+    train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"),
+              resume=config["runtime"]["resume"])
     return 0
 
 

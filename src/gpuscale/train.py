@@ -10,6 +10,8 @@ timed apart, after the clock stops).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 import os
 import random
@@ -265,10 +267,11 @@ def model_info(name: str, model: nn.Module) -> dict:
 
 
 def summarize_timing(epochs: list[dict], setup_seconds: float, wall_seconds: float, clock: str) -> dict:
+    """Totals over all epochs; steady figures over the epochs not flagged warm-up (the first of each process)."""
     train_seconds = [e["train_seconds"] for e in epochs]
-    steady = train_seconds[1:]
+    steady = [e["train_seconds"] for e in epochs if not e["warmup"]]
     images = sum(e["train_images"] for e in epochs)
-    steady_images = sum(e["train_images"] for e in epochs[1:])
+    steady_images = sum(e["train_images"] for e in epochs if not e["warmup"])
     total = sum(train_seconds)
     return {
         "clock": clock,
@@ -300,8 +303,15 @@ def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
     return out
 
 
-def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None) -> dict:
-    """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`."""
+def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None,
+        resume: bool = False) -> dict:
+    """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`.
+
+    With `resume`, a checkpoint beside `out` is written after every epoch; a later call for the same run on
+    the same host, settings and data continues after the last completed epoch. Each epoch keeps the time the
+    process that ran it measured, the first epoch of every process counts as a warm-up epoch, and the record
+    lists which process timed which epochs.
+    """
     wall_start = time.perf_counter()
     started_at = now_iso()
     train_settings = settings["train"]
@@ -348,6 +358,9 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
 
     runner = variants.Runner(settings["variant"], settings["variant_knobs"], device)
     model = runner.prepare_model(model.to(device))
+    if train_settings["max_steps_per_epoch"] and runner.effective["compile"] != "none":
+        runner.notes.append("sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
+                            "batch falls outside the timed steps, so the first epoch is underestimated")
     criterion = nn.CrossEntropyLoss()
     optimizer, scheduler = make_optimizer(model, train_settings, runner)
     train_loader, test_loader = loaders.make_loaders(dataset, train_settings, settings["variant_knobs"], device,
@@ -363,8 +376,26 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
 
     gpu_energy, cpu_energy = energy.gpu_meter(device), energy.cpu_meter()
     epochs: list[dict] = []
+    segment = {"pid": os.getpid(), "started_at": started_at, "epochs": []}
+    segments = [segment]
+    generators = [loader.generator for loader in (train_loader, test_loader) if getattr(loader, "generator", None)]
+    ckpt_path = ckpt_identity = None
+    if resume:
+        from gpuscale import checkpoint
+
+        ckpt_path = checkpoint.path_for(out)
+        ckpt_identity = {"host_fingerprint": envinfo.host_fingerprint(), "settings_sha256": hashlib.sha256(
+            json.dumps(settings, sort_keys=True).encode()).hexdigest(), "manifest_sha256": manifest_sha256}
+        meta = checkpoint.usable(ckpt_path, ckpt_identity)
+        if meta is not None:
+            checkpoint.restore(ckpt_path, meta, model=model, optimizer=optimizer, scheduler=scheduler,
+                               scaler=runner.scaler, generators=generators)
+            epochs, segments = meta["epochs"], [*meta["segments"], segment]
+            log.info("%s resumed from %s after epoch %d (timed by process %s)", tag, ckpt_path, len(epochs),
+                     ", ".join(str(s["pid"]) for s in meta["segments"]))
+    first_epoch = len(epochs) + 1
     setup_seconds = time.perf_counter() - wall_start
-    for epoch in range(1, epochs_total + 1):
+    for epoch in range(first_epoch, epochs_total + 1):
         def progress(step, images_seen, loss_sum, start, epoch=epoch):
             if step % every == 0 or step == steps_per_epoch:
                 loss = loss_sum() / images_seen  # syncs, so only every `every` steps
@@ -392,17 +423,22 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         test_loss, test_accuracy = evaluate(model, test_loader, device, criterion, runner)
         synchronize(device)
         eval_seconds = time.perf_counter() - eval_start
-        epochs.append({"epoch": epoch, "warmup": epoch == 1, **stats, "eval_seconds": eval_seconds,
+        # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
+        epochs.append({"epoch": epoch, "warmup": epoch == first_epoch, **stats, "eval_seconds": eval_seconds,
                        "test_loss": test_loss, "test_accuracy": test_accuracy, "learning_rate": learning_rate})
+        segment["epochs"].append(epoch)
         log.info("%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
                  tag, epoch, epochs_total, stats["train_seconds"], stats["images_per_second"], stats["train_loss"],
                  100 * test_accuracy, eval_seconds)
+        if ckpt_path is not None and epoch < epochs_total:
+            checkpoint.save(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=runner.scaler,
+                            generators=generators, identity=ckpt_identity, epochs=epochs, segments=segments)
 
     phase_profile = None
     if train_settings["phase_profile_steps"]:
         phase_profile = profile_phases(model, train_loader, device, criterion, optimizer,
                                        train_settings["phase_profile_steps"], runner)
-        steady = epochs[1:] or epochs
+        steady = [e for e in epochs if not e["warmup"]] or epochs
         clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
         phase_profile["clean_step_seconds"] = clean
         phase_profile["overhead_fraction"] = phase_profile["instrumented_step_seconds"] / clean - 1.0
@@ -425,9 +461,12 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
             "final_test_loss": epochs[-1]["test_loss"],
             "best_test_accuracy": max(e["test_accuracy"] for e in epochs),
         },
-        "started_at": started_at,
+        "started_at": segments[0]["started_at"],
         "finished_at": now_iso(),
     }
+    result["process"] = {**base["process"], "resumed": len(segments) > 1, "segments": segments}
     record.write(out, result)
+    if ckpt_path is not None:
+        ckpt_path.unlink(missing_ok=True)
     log.info("%s %.2f s training in %d epochs -> %s", tag, result["timing"]["total_train_seconds"], epochs_total, out)
     return result
