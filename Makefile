@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CONFIGS ?=
 CORES ?= 4
 
-.PHONY: install reproduce quick test browser clean-results
+.PHONY: install reproduce quick test browser slurm clean-results
 
 install: $(VENV)/.installed
 
@@ -24,13 +24,18 @@ reproduce: install
 quick: install
 	source $(BIN)/activate && snakemake --cores $(CORES) --configfile config/quick.yaml $(CONFIGS)
 
-test: install browser
+test: install browser slurm
 	source $(BIN)/activate && pytest -q $(PYTEST_ARGS)
 
 # The report is tested in Debian's Chromium (driven by playwright, which downloads no browser).
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium could not be installed: the browser test will be skipped"
+
+# The SLURM test starts a real one-node cluster from Debian's packages (skipped, saying why, where they are missing).
+slurm:
+	@command -v slurmctld >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client >/dev/null) \
+	  || echo "slurm could not be installed: the SLURM test will be skipped"
 
 clean-results:
 	rm -rf results logs reports/*.html data/prepared .snakemake

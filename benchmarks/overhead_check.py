@@ -19,10 +19,10 @@ import torchvision
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bare_loop  # noqa: E402
+import bare_loop
 
-from gpuscale import data, params, train  # noqa: E402
-from gpuscale.loaders import host_loaders, paper_transforms  # noqa: E402
+from gpuscale import data, params, train
+from gpuscale.loaders import host_loaders, paper_transforms
 
 
 def bare_epoch(model, loader, device, criterion, optimizer) -> float:

@@ -2,8 +2,8 @@ import json
 
 import polars as pl
 import pytest
-
 import records
+
 from gpuscale import aggregate
 
 

@@ -1,6 +1,6 @@
 import polars as pl
-
 import records
+
 from gpuscale import aggregate, charts
 
 

@@ -4,9 +4,9 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import cifar_archive
 from PIL import Image
 
-from conftest import cifar_archive
 from gpuscale import data
 from gpuscale.data import DataError
 

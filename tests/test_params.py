@@ -4,8 +4,8 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import REPO, write_yaml
+
 from gpuscale import params
 from gpuscale.params import ParamsError
 

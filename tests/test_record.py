@@ -29,10 +29,9 @@ def test_other_schema_version_is_refused(tmp_path):
 
 def test_atomic_write_leaves_no_partial_file_on_failure(tmp_path):
     target = tmp_path / "out.json"
-    with pytest.raises(RuntimeError):
-        with fsutil.atomic_path(target) as tmp:
-            tmp.write_text("half")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), fsutil.atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -40,9 +39,8 @@ def test_atomic_directory_replaces_only_on_success(tmp_path):
     target = tmp_path / "prepared"
     with fsutil.atomic_directory(target) as tmp:
         (tmp / "a").write_text("1")
-    with pytest.raises(RuntimeError):
-        with fsutil.atomic_directory(target) as tmp:
-            (tmp / "a").write_text("2")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), fsutil.atomic_directory(target) as tmp:
+        (tmp / "a").write_text("2")
+        raise RuntimeError("killed")
     assert (target / "a").read_text() == "1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]

@@ -6,10 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-
 import records
+import yaml
 from conftest import REPO
+
 from gpuscale import aggregate, charts, params, report
 
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'

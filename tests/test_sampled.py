@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, tool_env, write_yaml
+
 from gpuscale import data, record
 
 

@@ -1,8 +1,8 @@
 import json
 
 import pytest
-
 from conftest import REPO
+
 from gpuscale import params, record, train
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO
+
 from gpuscale import data, loaders, params, record, train
 
 

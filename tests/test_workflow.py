@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import REPO, TINY, copy_project, run, write_yaml
+
 from gpuscale import params, record
 
 pytestmark = pytest.mark.e2e
@@ -202,6 +202,7 @@ def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_res
     import time
 
     from conftest import tool_env
+
     from gpuscale import checkpoint
 
     repo = copy_project(tmp_path / "repo")

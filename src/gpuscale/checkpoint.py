@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from gpuscale import fsutil
@@ -65,7 +66,7 @@ def read_meta(path: Path) -> dict | None:
     try:
         with safe_open(str(path), framework="pt") as handle:
             return json.loads(handle.metadata()["gpuscale"])
-    except Exception as err:  # a damaged checkpoint is set aside, never trusted
+    except (OSError, KeyError, ValueError, SafetensorError) as err:  # damaged: set aside, never trusted
         log.warning("checkpoint %s is unreadable (%s): starting over", path, err)
         return None
 

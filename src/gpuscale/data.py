@@ -376,7 +376,7 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
             "classes": list(dataset.classes),
             "counts": {
                 split: {
-                    "total": int(len(labels)),
+                    "total": len(labels),
                     "per_class": {dataset.classes[c]: int(n) for c, n in zip(*np.unique(labels, return_counts=True))},
                 }
                 for split, (_, labels) in splits.items()

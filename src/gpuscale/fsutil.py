@@ -8,8 +8,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 def _umask() -> int:
@@ -35,11 +36,10 @@ def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
 
 
 def write_text(path: Path | str, text: str) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def write_json(path: Path | str, value: Any) -> None:

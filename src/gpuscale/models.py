@@ -6,8 +6,8 @@ Adding a model is one entry in MODELS.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class ModelSpec:
     name: str
     description: str
     family: str
-    build: Callable[[int], "object"]  # num_classes -> torch.nn.Module
+    build: Callable[[int], object]  # num_classes -> torch.nn.Module
 
 
 def _torchvision(arch: str, cifar_stem: bool) -> Callable[[int], object]:

@@ -160,7 +160,7 @@ def warnings(tables: dict) -> list[str]:
     for o in tables.get("overlapping_runs", []):
         out.append(f"{o['source']} on {o['host']}: timing runs overlapped in time ({' and '.join(o['runs'])}); "
                    "both timings may be distorted.")
-    for r in speedup.filter(pl.col("accuracy_parity") == False).iter_rows(named=True):  # noqa: E712
+    for r in speedup.filter(pl.col("accuracy_parity") == False).iter_rows(named=True):
         out.append(f"{r['source']}: {r['model']} ({r['variant']}) accuracy differs between CPU and GPU by "
                    f"{r['accuracy_difference']:+.2%}, beyond the tolerance.")
     for r in speedup.filter(pl.col("protocol_mismatch")).iter_rows(named=True):
@@ -200,7 +200,7 @@ def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path]
     return template.render(
         title=config["report"]["title"],
         label=config["study"].get("label"),
-        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper, warnings=warnings(tables),
         headline=jinja2.utils.markupsafe.Markup(headline(tables["speedup"])),
         verdicts=[(group, fit["verdict"]) for group, fit in summary.items()],

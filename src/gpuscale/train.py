@@ -62,7 +62,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def make_optimizer(model: nn.Module, settings: dict, runner: variants.Runner | None = None):
@@ -219,10 +219,10 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
         totals["data_wait"] += time.perf_counter() - t0
         if cuda:
             marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
-            clock = lambda i: marks[i].record()  # noqa: E731
+            clock = lambda i: marks[i].record()
         else:
             stamps = [0.0] * 5
-            clock = lambda i: stamps.__setitem__(i, time.perf_counter())  # noqa: E731
+            clock = lambda i: stamps.__setitem__(i, time.perf_counter())
         clock(0)
         images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
