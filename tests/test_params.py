@@ -79,7 +79,18 @@ BAD = [
     ("train", DELETE, "train: missing required key"),
     ("models.resnet18", "fast", "models.resnet18"),
     ("report.reference", ["/etc"], "report.reference.0: '/etc' is malformed"),
+    ("study.devices", ["cuda-ddp1"], "study.devices.0: 'cuda-ddp1' is malformed"),
+    ("train.distributed_batch", "split", "train.distributed_batch: 'split' is not allowed (allowed: per_process, global)"),
+    ("runtime.resume", "yes", "runtime.resume: 'yes' has the wrong type"),
+    ("runtime", DELETE, "runtime: missing required key"),
 ]
+
+
+def test_data_parallel_device_specs_are_accepted(base_params):
+    config = copy.deepcopy(base_params)
+    config["study"]["devices"] = ["cpu", "cuda", "cpu-ddp2", "cuda-ddp8"]
+    params.validate(config)
+    assert [params.data_parallel_size(d) for d in config["study"]["devices"]] == [1, 1, 2, 8]
 
 
 @pytest.mark.parametrize("key, value, expected", BAD, ids=[b[0] + "=" + repr(b[1]) for b in BAD])

@@ -21,7 +21,7 @@ log = logging.getLogger("gpuscale.aggregate")
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
 KEY_COLUMNS = ["source", "model", "device", "variant", "seed", "sweep_parameter", "sweep_value"]
-TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling")
+TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling")
 
 
 class AggregateError(RuntimeError):
@@ -64,7 +64,8 @@ RUN_SCHEMA = {
     "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "gpu_name": pl.String,
     "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
     "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
-    "epochs": pl.Int64, "batch_size": pl.Int64, "data_source": pl.String, "synthetic": pl.Boolean,
+    "epochs": pl.Int64, "batch_size": pl.Int64, "world_size": pl.Int64, "global_batch_size": pl.Int64,
+    "data_source": pl.String, "synthetic": pl.Boolean,
     "train_images": pl.Int64, "test_images": pl.Int64, "manifest_sha256": pl.String,
     "total_train_seconds": pl.Float64, "epoch_seconds_mean": pl.Float64, "warmup_epoch_seconds": pl.Float64,
     "steady_epoch_seconds_median": pl.Float64, "total_eval_seconds": pl.Float64,
@@ -98,6 +99,8 @@ def runs_frame(loaded) -> pl.DataFrame:
             "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
             "parameters": rec["model"]["parameters"], "train_flops_per_image": rec["model"]["train_flops_per_image"],
             "epochs": settings["epochs"], "batch_size": settings["batch_size"],
+            "world_size": (rec.get("distributed") or {}).get("world_size", 1),
+            "global_batch_size": (rec.get("distributed") or {}).get("global_batch_size", settings["batch_size"]),
             "data_source": rec["data"]["source"], "synthetic": rec["data"]["synthetic"],
             "train_images": rec["data"]["train_images"], "test_images": rec["data"]["test_images"],
             "manifest_sha256": rec["data"]["manifest_sha256"],
@@ -212,7 +215,9 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
 
     CPU and GPU are only ever paired within one source (one host's records), never across hosts.
     """
-    measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
+    # single-device runs only: data-parallel ones (cuda-ddpN, cpu-ddpN) go to the scaling table
+    measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null()
+                           & ~pl.col("device").str.contains("-ddp"))
     per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
         pl.col("parameters").first(), pl.col("train_flops_per_image").first(),
         pl.col("host").first(), pl.col("gpu_name").first(), pl.col("synthetic").any(),
@@ -288,6 +293,33 @@ def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
                     pl.col("epoch_seconds_mean").alias("variant_seconds"), "gain", "baseline_steady_seconds",
                     pl.col("steady_epoch_seconds_median").alias("variant_steady_seconds"), "steady_gain")
             .sort(["source", "model", "device", "variant"]))
+
+
+SCALING_SCHEMA = {"source": pl.String, "model": pl.String, "variant": pl.String, "device": pl.String,
+                  "base_device": pl.String, "world_size": pl.Int64, "global_batch_size": pl.Int64,
+                  "epoch_seconds": pl.Float64, "base_epoch_seconds": pl.Float64, "speedup": pl.Float64,
+                  "efficiency": pl.Float64, "extrapolated": pl.Boolean}
+
+
+def scaling_frame(runs: pl.DataFrame) -> pl.DataFrame:
+    """Data-parallel runs against one process of the same kind (cuda-ddpN against cuda, cpu-ddpN against cpu),
+    per source, model and variant: speedup of the steady epoch (the first epoch holds start-up and compilation)
+    and scaling efficiency = speedup / processes."""
+    measured = (runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
+                .with_columns(pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
+                              pl.col("device").str.replace(r"-ddp\d+$", "").alias("base_device")))
+    per = measured.group_by(["source", "model", "variant", "device", "base_device"]).agg(
+        pl.col("world_size").first(), pl.col("global_batch_size").first(), pl.col("epoch_seconds").median(),
+        pl.col("extrapolated").any())
+    parallel = per.filter(pl.col("world_size") > 1)
+    single = per.filter(pl.col("world_size") == 1).select(
+        "source", "model", "variant", pl.col("device").alias("base_device"),
+        pl.col("epoch_seconds").alias("base_epoch_seconds"), pl.col("extrapolated").alias("base_extrapolated"))
+    out = parallel.join(single, on=["source", "model", "variant", "base_device"], how="left").with_columns(
+        (pl.col("base_epoch_seconds") / pl.col("epoch_seconds")).alias("speedup"),
+        pl.col("extrapolated") | pl.col("base_extrapolated").fill_null(False))
+    out = out.with_columns((pl.col("speedup") / pl.col("world_size")).alias("efficiency"))
+    return out.select(list(SCALING_SCHEMA)).cast(SCALING_SCHEMA).sort(["source", "variant", "model", "device"])
 
 
 def sweeps_frame(runs: pl.DataFrame) -> pl.DataFrame:
@@ -419,10 +451,11 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     gains = variant_gains(runs)
     sweeps = sweeps_frame(runs)
     sampling = sampling_frame(loaded)
+    scaling = scaling_frame(runs)
     fit_table, summary = fits(speedup, sweeps)
     out_dir = Path(out_dir)
     frames = {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, "gains": gains,
-              "sweeps": sweeps, "sampling": sampling}
+              "sweeps": sweeps, "sampling": sampling, "scaling": scaling}
     for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)

@@ -19,7 +19,7 @@ from gpuscale import aggregate, analysis, fsutil
 log = logging.getLogger("gpuscale.charts")
 
 CHART_NAMES = ("speedup_vs_parameters", "speedup_vs_flops", "amdahl", "phases", "epoch_seconds", "throughput",
-               "accuracy", "threads", "batch")
+               "accuracy", "threads", "batch", "scaling")
 WIDTH, HEIGHT = 520, 320
 
 
@@ -241,6 +241,25 @@ def batch(sweeps: pl.DataFrame) -> alt.Chart:
     ).properties(title=title, width=WIDTH, height=HEIGHT)
 
 
+def scaling(table: pl.DataFrame) -> alt.Chart:
+    """Data-parallel speedup against the number of processes (GPUs), with the ideal line speedup = N."""
+    title = "Data-parallel scaling: speedup over one device (steady epoch)" + _suffix(table)
+    data = table.filter(pl.col("speedup").is_not_null())
+    if data.is_empty():
+        return _empty(title, "No data-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
+    counts = sorted({1, *data["world_size"].to_list()})
+    ideal = alt.Chart(pl.DataFrame({"world_size": counts, "speedup": [float(n) for n in counts]})).mark_line(
+        strokeDash=[4, 4], color="gray").encode(x="world_size:Q", y="speedup:Q")
+    points = alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)])),
+        y=alt.Y("speedup:Q", title="speedup over one device"),
+        color="model:N", strokeDash="source:N", shape="base_device:N",
+        tooltip=["source", "model", "variant", "device", "global_batch_size", alt.Tooltip("speedup:Q", format=".2f"),
+                 alt.Tooltip("efficiency:Q", format=".0%"), alt.Tooltip("epoch_seconds:Q", format=".2f")],
+    )
+    return (ideal + points).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
 def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
     return {
@@ -258,6 +277,7 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
         "accuracy": accuracy(speedup, tolerance),
         "threads": threads(tables["sweeps"], fits),
         "batch": batch(tables["sweeps"]),
+        "scaling": scaling(tables["scaling"]),
     }
 
 

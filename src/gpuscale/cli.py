@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,11 @@ log = logging.getLogger("gpuscale")
 
 def setup_logging(log_file: str | None, verbose: bool = False) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    rank = int(os.environ.get("RANK", "0"))
+    if rank:  # the other processes of a data-parallel run: warnings only, and never the log file rank 0 writes
+        logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
+                            datefmt="%H:%M:%S", handlers=handlers, force=True)
+        return
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, mode="w"))
@@ -77,6 +83,12 @@ def cmd_train(args) -> int:
     else:
         settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
         default_out = params_mod.record_path(args.model, args.device, args.variant, args.seed)
+    world = params_mod.data_parallel_size(args.device)
+    if world > 1:
+        from gpuscale import distributed
+
+        if not distributed.launched() and not train.spec_unavailable_reason(args.device):
+            return distributed.relaunch(world, args.argv)  # torchrun starts `world` copies of this command
     out = Path(args.out or default_out)
     train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"),
               resume=config["runtime"]["resume"])
@@ -182,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpuscale.record import RecordError
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     setup_logging(getattr(args, "log", None))
     known: tuple = (params_mod.ParamsError, RecordError)
     try:

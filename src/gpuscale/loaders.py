@@ -11,7 +11,7 @@ import random
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from gpuscale import data as data_stage
 
@@ -47,7 +47,10 @@ def _seed_worker(worker_id: int) -> None:
     random.seed(seed)
 
 
-def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int):
+def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int,
+                 rank: int = 0, world_size: int = 1):
+    """The paper's pipeline. With several processes, each trains on its shard (DistributedSampler, which pads
+    the shards to one length so every process runs the same number of steps); all evaluate the whole test set."""
     train_tf, test_tf = paper_transforms(settings)
     loader = settings["loader"]
     common = {
@@ -57,8 +60,12 @@ def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.devi
         "worker_init_fn": _seed_worker,
     }
     generator = torch.Generator().manual_seed(seed)
-    train = DataLoader(ArrayImages(dataset.train_images, dataset.train_labels, train_tf),
-                       batch_size=settings["batch_size"], shuffle=True, generator=generator, **common)
+    images = ArrayImages(dataset.train_images, dataset.train_labels, train_tf)
+    if world_size > 1:
+        sampler = DistributedSampler(images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        train = DataLoader(images, batch_size=settings["batch_size"], sampler=sampler, generator=generator, **common)
+    else:
+        train = DataLoader(images, batch_size=settings["batch_size"], shuffle=True, generator=generator, **common)
     test = DataLoader(ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
                       batch_size=settings["eval_batch_size"], shuffle=False, **common)
     return train, test
@@ -75,8 +82,10 @@ class DeviceLoader:
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, settings: dict, device: torch.device,
-                 batch_size: int, train: bool, seed: int, channels_last: bool = False):
+                 batch_size: int, train: bool, seed: int, channels_last: bool = False, rank: int = 0,
+                 world_size: int = 1):
         self.device, self.batch_size, self.train = device, batch_size, train
+        self.rank, self.world_size = rank, world_size
         self.images = torch.tensor(np.asarray(images)).to(device).permute(0, 3, 1, 2).contiguous()  # N,C,H,W uint8
         self.labels = torch.tensor(np.asarray(labels)).to(device)
         self.dataset = self.labels  # len() = number of images
@@ -88,8 +97,11 @@ class DeviceLoader:
         self.channels_last = channels_last
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
+    def _shard_size(self) -> int:
+        return -(-len(self.labels) // self.world_size)  # padded: every process gets as many images
+
     def __len__(self) -> int:
-        return (len(self.labels) + self.batch_size - 1) // self.batch_size
+        return (self._shard_size() + self.batch_size - 1) // self.batch_size
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
         n, _, h, w = x.shape
@@ -112,6 +124,10 @@ class DeviceLoader:
         count = len(self.labels)
         order = (torch.randperm(count, device=self.device, generator=self.generator) if self.train
                  else torch.arange(count, device=self.device))
+        if self.world_size > 1:  # the same permutation in every process (same seed), padded, then its shard
+            padded = self._shard_size() * self.world_size
+            order = torch.cat([order, order[:padded - count]])[self.rank::self.world_size]
+            count = len(order)
         for start in range(0, count, self.batch_size):
             index = order[start:start + self.batch_size]
             x = self.images[index].float()
@@ -123,12 +139,14 @@ class DeviceLoader:
             yield x, self.labels[index]
 
 
-def make_loaders(dataset: data_stage.Dataset, settings: dict, knobs: dict, device: torch.device, seed: int):
-    """(train, test) loaders for the variant's `loader` knob: `host` (DataLoader) or `device`."""
+def make_loaders(dataset: data_stage.Dataset, settings: dict, knobs: dict, device: torch.device, seed: int,
+                 rank: int = 0, world_size: int = 1):
+    """(train, test) loaders for the variant's `loader` knob: `host` (DataLoader) or `device`; with several
+    processes, the training loader hands each its shard."""
     if knobs["loader"] == "device":
         cl = knobs["memory_format"] == "channels_last"
         return (DeviceLoader(dataset.train_images, dataset.train_labels, settings, device, settings["batch_size"],
-                             True, seed, cl),
+                             True, seed, cl, rank=rank, world_size=world_size),
                 DeviceLoader(dataset.test_images, dataset.test_labels, settings, device, settings["eval_batch_size"],
                              False, seed, cl))
-    return host_loaders(dataset, settings, device, seed)
+    return host_loaders(dataset, settings, device, seed, rank=rank, world_size=world_size)

@@ -20,7 +20,7 @@ import yaml
 from gpuscale.models import MODEL_NAMES
 
 DEFAULT_PARAMS = Path("params.yaml")
-DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps)$")
+DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps|(cpu|cuda)-ddp([2-9]|[1-9][0-9]+))$")
 
 
 class ParamsError(ValueError):
@@ -145,7 +145,7 @@ def validate(config: dict, source: str = "params.yaml") -> None:
                           f"(defined: {', '.join(config['variants'])})")
     for index, device in enumerate(config["study"]["devices"]):
         if not DEVICE_PATTERN.match(device):
-            raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps)")
+            raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)")
 
 
 def train_settings(config: dict, model: str) -> dict:
@@ -220,3 +220,9 @@ def sweep_settings(config: dict, model: str, device: str, parameter: str, value:
 def sweep_record_path(model: str, device: str, parameter: str, value: int, variant: str, seed: int,
                       root: str = "results/runs") -> str:
     return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
+
+
+def data_parallel_size(device: str) -> int:
+    """Processes of a data-parallel device spec (cuda-ddp4 -> 4); 1 for a single device."""
+    match = re.fullmatch(r"(cpu|cuda)-ddp(\d+)", device)
+    return int(match.group(2)) if match else 1

@@ -42,6 +42,9 @@ CHART_HELP = {
     "GPU (or the input pipeline feeding it) is saturated.",
     "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), by model and device, median over seeds.",
     "throughput": "Training images per second by model and device.",
+    "scaling": "Data-parallel runs (cuda-ddpN: N GPUs; cpu-ddpN: N CPU processes) against one device of the same kind: "
+               "steady-epoch speedup against the number of processes; the dashed line is perfect scaling. Each "
+               "process takes train.batch_size (distributed_batch: per_process), so the global batch grows with N.",
     "accuracy": "Final test accuracy on the CPU against the GPU, per model. Points inside the green band agree "
     "within the tolerance (report.accuracy_tolerance); the diagonal is perfect agreement.",
 }
@@ -140,6 +143,14 @@ def sampling_table(sampling: pl.DataFrame) -> str | None:
             .as_raw_html())
 
 
+def scaling_table(scaling: pl.DataFrame) -> str | None:
+    if scaling.is_empty():
+        return None
+    return (GT(scaling.drop("extrapolated")).fmt_number(columns=["epoch_seconds", "base_epoch_seconds"], decimals=2)
+            .fmt_number(columns="speedup", decimals=2, pattern="{x}×").fmt_percent(columns="efficiency", decimals=0)
+            .sub_missing(missing_text="—").as_raw_html())
+
+
 def environments(runs: pl.DataFrame) -> str:
     cols = ["source", "host", "device", "cpu_model", "cpu_logical_cores", "torch_threads", "gpu_name", "gpu_driver",
             "torch_version", "cuda_version", "cudnn_version"]
@@ -207,6 +218,7 @@ def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path]
         fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
         gains=jinja2.utils.markupsafe.Markup(gains_table(tables["gains"]) or ""),
         sampling=jinja2.utils.markupsafe.Markup(sampling_table(tables["sampling"]) or ""),
+        scaling=jinja2.utils.markupsafe.Markup(scaling_table(tables["scaling"]) or ""),
         charts=[{"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
                 for n in charts.CHART_NAMES],
         runs=jinja2.utils.markupsafe.Markup(runs_table(tables["runs"])),

@@ -27,6 +27,7 @@ from torch import nn
 from gpuscale import data as data_stage
 from gpuscale import energy, envinfo, loaders, nets, record, variants
 from gpuscale.models import MODELS
+from gpuscale.params import data_parallel_size
 
 log = logging.getLogger("gpuscale.train")
 
@@ -116,7 +117,7 @@ STEP_MARKS = (10, 20, 40, 60, 100, 200, 400, 800)
 
 
 def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps: int | None = None,
-                sample_warmup_steps: int = 0, runner: variants.Runner | None = None) -> dict:
+                sample_warmup_steps: int = 0, runner: variants.Runner | None = None, sync=None) -> dict:
     """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync.
 
     With max_steps below the loader's length (the sampled protocol) only that many steps run; the epoch
@@ -124,6 +125,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     steady per-step time of the rest, times the steps left, and the epoch is marked extrapolated.
     """
     runner = runner or variants.Runner("paper", variants.PAPER_KNOBS, device)
+    sync = sync or (lambda: synchronize(device))  # data-parallel: also a barrier, so rank 0's clock covers all
     model.train()
     steps_per_epoch = len(loader)
     sampled = max_steps is not None and max_steps < steps_per_epoch
@@ -139,7 +141,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     # make on this very epoch is known (gpuscale.aggregate's `sampling` table).
     marks = {m for m in (sample_warmup_steps, *STEP_MARKS) if 0 < m < steps_per_epoch}
     step_marks: list[list] = []
-    synchronize(device)
+    sync()
     start = time.perf_counter()
     for images, labels in loader:
         images = runner.inputs(images)
@@ -156,7 +158,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
         steps += 1
         progress(steps, images_seen, lambda: weighted_loss_sum(losses, sizes), start)
         if steps in marks or (sampled and steps == warmup):
-            synchronize(device)
+            sync()
             elapsed = time.perf_counter() - start
             if steps in marks:
                 step_marks.append([steps, elapsed])
@@ -164,7 +166,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
                 warm_seconds = elapsed
         if sampled and steps >= max_steps:
             break
-    synchronize(device)
+    sync()
     measured_seconds = time.perf_counter() - start
     seconds = measured_seconds
     train_images = images_seen
@@ -303,8 +305,36 @@ def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
     return out
 
 
+def spec_unavailable_reason(spec: str) -> str | None:
+    """Why a device spec (params spelling, data-parallel ones included) cannot run on this host, or None."""
+    world = data_parallel_size(spec)
+    if world == 1:
+        return device_unavailable_reason(torch_device(spec))
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return "no CUDA GPU on this host (torch.cuda.is_available() is False)"
+        if torch.cuda.device_count() < world:
+            return f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
+    return None
+
+
 def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None,
         resume: bool = False) -> dict:
+    """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
+    world = data_parallel_size(settings["device"])
+    if world == 1 or spec_unavailable_reason(settings["device"]):
+        return _run(settings, data_dir, out, threads, label, resume, None)
+    from gpuscale import distributed
+
+    ctx = distributed.setup(settings["device"].split("-")[0], world)
+    try:
+        return _run(settings, data_dir, out, threads, label, resume, ctx)
+    finally:
+        distributed.teardown()
+
+
+def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None, resume: bool,
+         ctx) -> dict:
     """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`.
 
     With `resume`, a checkpoint beside `out` is written after every epoch; a later call for the same run on
@@ -318,8 +348,22 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     if settings.get("sweep", {}).get("parameter") == "threads":
         threads = settings["sweep"]["value"]  # the swept value wins over the job's threads
     threads = threads or train_settings["cpu_threads"] or os.cpu_count() or 1
+    distributed_info = None
+    if ctx is not None:  # data-parallel: the job's threads shared out, one GPU per process
+        threads = max(1, threads // ctx.world_size)
+        device = torch.device("cuda", ctx.local_rank) if settings["device"].startswith("cuda") else torch.device("cpu")
+        per_process = train_settings["batch_size"]
+        if train_settings["distributed_batch"] == "global":
+            per_process = max(1, train_settings["batch_size"] // ctx.world_size)
+        train_settings = {**train_settings, "batch_size": per_process}
+        distributed_info = {**ctx.describe(), "distributed_batch": settings["train"]["distributed_batch"],
+                            "per_process_batch_size": per_process, "global_batch_size": per_process * ctx.world_size}
+        if resume:
+            log.warning("runtime.resume is not supported for data-parallel runs yet: running without checkpoints")
+            resume = False
+    else:
+        device = torch_device(settings["device"])
     torch.set_num_threads(threads)
-    device = torch_device(settings["device"])
     set_determinism(settings["seed"], train_settings["deterministic"])
 
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
@@ -344,7 +388,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
     if manifest["synthetic"]:
         log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
 
-    reason = device_unavailable_reason(device)
+    reason = spec_unavailable_reason(settings["device"])
     if reason:
         if settings["on_missing_device"] == "error":
             raise TrainError(f"device {settings['device']}: {reason} (study.on_missing_device: error; set it to record to get a 'not measured' record instead)")
@@ -352,19 +396,32 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         result = {**base, "status": "not_measured", "not_measured_reason": reason,
                   "environment": envinfo.capture(torch.device("cpu")), "timing": None, "epochs": [],
                   "phase_profile": None, "energy": None, "variant": None,
-                  "quality": None, "started_at": started_at, "finished_at": now_iso()}
+                  "quality": None, "distributed": None, "started_at": started_at, "finished_at": now_iso()}
         record.write(out, result)
         return result
 
     runner = variants.Runner(settings["variant"], settings["variant_knobs"], device)
-    model = runner.prepare_model(model.to(device))
+    core = model = model.to(device)
+    wrap = None
+    if ctx is not None:
+        def wrap(module):
+            return nn.parallel.DistributedDataParallel(
+                module, device_ids=[device.index] if device.type == "cuda" else None)
+    model = runner.prepare_model(model, wrap=wrap)
+    eval_model = model if ctx is None else core  # every process evaluates the whole test set, no collectives
     if train_settings["max_steps_per_epoch"] and runner.effective["compile"] != "none":
         runner.notes.append("sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
                             "batch falls outside the timed steps, so the first epoch is underestimated")
     criterion = nn.CrossEntropyLoss()
     optimizer, scheduler = make_optimizer(model, train_settings, runner)
-    train_loader, test_loader = loaders.make_loaders(dataset, train_settings, settings["variant_knobs"], device,
-                                                     settings["seed"])
+    train_loader, test_loader = loaders.make_loaders(
+        dataset, train_settings, settings["variant_knobs"], device, settings["seed"],
+        rank=ctx.rank if ctx else 0, world_size=ctx.world_size if ctx else 1)
+    sync = None
+    if ctx is not None:
+        def sync():
+            synchronize(device)
+            ctx.barrier()
     environment = envinfo.capture(device)
     tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
     log.info("%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
@@ -404,11 +461,13 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
                          step, steps_per_epoch, loss, rate)
 
         learning_rate = optimizer.param_groups[0]["lr"]
+        if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
+            train_loader.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same in every process
         joules_before = (gpu_energy.read(), cpu_energy.read())
         try:
             stats = train_epoch(model, train_loader, device, criterion, optimizer, progress,
                                 max_steps=train_settings["max_steps_per_epoch"],
-                                sample_warmup_steps=train_settings["sample_warmup_steps"], runner=runner)
+                                sample_warmup_steps=train_settings["sample_warmup_steps"], runner=runner, sync=sync)
         except torch.OutOfMemoryError:
             raise TrainError(f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
                              f"lower train.batch_size or models.{settings['model']}.batch_size") from None
@@ -416,11 +475,18 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         if stats["extrapolated"]:
             joules = [None if j is None else j * stats["train_seconds"] / stats["measured_seconds"] for j in joules]
         stats["energy_joules"] = {"gpu": joules[0], "cpu": joules[1]}
+        if ctx is not None:  # loss and accuracy over every process's shard (after the clock stopped)
+            seen = stats["train_images"] if not stats["extrapolated"] else stats["measured_steps"]
+            loss_sum, correct, images = ctx.sum([stats["train_loss"] * seen, stats["train_accuracy"] * seen, seen],
+                                                device)
+            stats.update(train_loss=loss_sum / images, train_accuracy=correct / images)
+            if not stats["extrapolated"]:  # a sampled epoch already counts the whole dataset
+                stats.update(train_images=int(images), images_per_second=images / stats["train_seconds"])
         if scheduler is not None:
             scheduler.step()
         synchronize(device)
         eval_start = time.perf_counter()
-        test_loss, test_accuracy = evaluate(model, test_loader, device, criterion, runner)
+        test_loss, test_accuracy = evaluate(eval_model, test_loader, device, criterion, runner)
         synchronize(device)
         eval_seconds = time.perf_counter() - eval_start
         # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
@@ -461,10 +527,13 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
             "final_test_loss": epochs[-1]["test_loss"],
             "best_test_accuracy": max(e["test_accuracy"] for e in epochs),
         },
+        "distributed": distributed_info,
         "started_at": segments[0]["started_at"],
         "finished_at": now_iso(),
     }
     result["process"] = {**base["process"], "resumed": len(segments) > 1, "segments": segments}
+    if ctx is not None and not ctx.is_main:
+        return result  # rank 0 writes the one record
     record.write(out, result)
     if ckpt_path is not None:
         ckpt_path.unlink(missing_ok=True)

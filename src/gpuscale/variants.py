@@ -64,10 +64,13 @@ class Runner:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def prepare_model(self, model: torch.nn.Module, wrap=None) -> torch.nn.Module:
+        """Memory format, then `wrap` (DistributedDataParallel, for data-parallel runs), then compilation."""
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.effective["memory_format"] = "channels_last" if self.channels_last else "contiguous"
+        if wrap is not None:
+            model = wrap(model)
         mode = self.knobs["compile"]
         if mode == "reduce-overhead" and self.device.type != "cuda":
             self.notes.append("compile reduce-overhead means CUDA graphs, which need a CUDA device: ran uncompiled")
