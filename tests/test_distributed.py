@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-
-from conftest import REPO, TINY, tool_env, write_yaml
-from gpuscale import loaders, params, record
 import records as fixtures
+import torch
+from conftest import REPO, TINY, tool_env, write_yaml
 from test_aggregate import run as aggregate_run
+
+from gpuscale import loaders, params, record
 
 
 def test_two_gloo_processes_train_one_run_and_rank_zero_writes_its_record(tmp_path):

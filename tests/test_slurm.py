@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, tool_env, write_yaml
+
 from gpuscale import record
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpuscale import fsutil
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 KIND = "gpuscale.run"
 
 
