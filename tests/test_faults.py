@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -318,6 +319,7 @@ def test_out_of_memory_names_the_batch_size_and_writes_no_record(tmp_path, monke
     code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--params", str(overlay), "--model", "resnet18",
                      "--device", "cpu", "--threads", "1", "--data", str(tmp_path / "prepared"), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
+    logging.getLogger().handlers.clear()  # cli.main logged to this test's captured stream, closed after it
     assert code != 0 and "out of cpu memory at batch size 32" in err
     assert "train.batch_size" in err and "models.resnet18.batch_size" in err and "Traceback" not in err
     assert not out.exists() and not checkpoint.path_for(out).exists()

@@ -69,7 +69,8 @@ class Context:
 
     def describe(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend, "launcher": "torchrun's (torch.distributed.elastic, standalone c10d rendezvous)",
-                "clock": "rank 0's, every rank meeting at a barrier (after a device synchronise) where it is read"}
+                "clock": "rank 0's, every rank meeting at a barrier (after a device synchronise) where it is read",
+                "energy_scope": "rank 0's device only (energy.gpu); CPU package energy covers the host"}
 
 
 def setup(device_type: str, world_size: int) -> Context:
