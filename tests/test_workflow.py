@@ -229,3 +229,16 @@ def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_res
     assert rec["process"]["resumed"] and len(rec["process"]["segments"]) == 2
     assert [e["epoch"] for e in rec["epochs"]] == list(range(1, 7)) and not checkpoint.path_for(out).exists()
     assert (repo / "reports/index.html").exists()
+
+
+def test_data_parallel_device_runs_through_the_workflow_into_the_scaling_table(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(repo / "ddp.yaml", params.deep_merge(TINY, {"study": {"devices": ["cpu", "cpu-ddp2"]},
+                                                           "data": {"train_size": 256}}))
+    run(["snakemake", "--cores", "2", "--configfile", "ddp.yaml"], repo)
+    got = records(repo)
+    assert set(got) == {("simplecnn", "cpu", "paper-seed0.json"), ("simplecnn", "cpu-ddp2", "paper-seed0.json")}
+    assert got[("simplecnn", "cpu-ddp2", "paper-seed0.json")]["distributed"]["world_size"] == 2
+    scaling = (repo / "results/tables/scaling.csv").read_text().splitlines()
+    assert len(scaling) == 2 and ",cpu-ddp2,cpu,2," in scaling[1]
+    assert "Data-parallel scaling" in (repo / "reports/index.html").read_text()
