@@ -86,6 +86,17 @@ BAD = [
 ]
 
 
+def test_sweep_runs_take_their_own_train_keys_after_the_models_overrides(base_params):
+    config = copy.deepcopy(base_params)
+    config["models"]["resnet50"] = {"epochs": 5, "batch_size": 64}
+    config["sweeps"]["train"] = {"epochs": 2, "max_steps_per_epoch": 100}
+    params.validate(config)
+    sweep = params.sweep_settings(config, "resnet50", "cpu", "threads", 4, "paper", 0)["train"]
+    assert (sweep["epochs"], sweep["batch_size"], sweep["max_steps_per_epoch"], sweep["cpu_threads"]) == (2, 64, 100, 4)
+    study = params.run_settings(config, "resnet50", "cpu", "paper", 0)["train"]
+    assert (study["epochs"], study["max_steps_per_epoch"]) == (5, None)
+
+
 def test_data_parallel_device_specs_are_accepted(base_params):
     config = copy.deepcopy(base_params)
     config["study"]["devices"] = ["cpu", "cuda", "cpu-ddp2", "cuda-ddp8"]

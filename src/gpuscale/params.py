@@ -209,6 +209,8 @@ def sweep_settings(config: dict, model: str, device: str, parameter: str, value:
     if parameter not in SWEEP_PARAMETERS:
         raise ParamsError(f"--sweep: unknown parameter {parameter!r} (allowed: {', '.join(SWEEP_PARAMETERS)})")
     settings = run_settings(config, model, device, variant, seed)
+    for key, override in (config["sweeps"].get("train") or {}).items():  # sweep-only train keys, after models.<m>
+        settings["train"][key] = copy.deepcopy(override)
     if parameter == "batch":
         settings["train"]["batch_size"] = value
     else:
