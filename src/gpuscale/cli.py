@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", parents=[common], help="train and time one (model, device, variant, seed)")
     p.add_argument("--model", required=True)
-    p.add_argument("--device", required=True, help="cpu, cuda, cuda-N or mps")
+    p.add_argument("--device", required=True,
+                   help="cpu, cuda, cuda-N, mps, or data-parallel cuda-ddpN / cpu-ddpN (started through torchrun's launcher)")
     p.add_argument("--variant", default="paper")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
