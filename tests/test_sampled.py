@@ -25,7 +25,7 @@ def test_sampled_extrapolation_agrees_with_a_full_run_within_ten_percent(tmp_pat
                                                                "sample_warmup_steps": 2}})
     steady = {"full": [], "sampled": []}
     # interleaved, so a slow spell of a shared machine falls on both sides
-    for i, (name, overlay) in enumerate([("full", full), ("sampled", sampled)] * 2):
+    for i, (name, overlay) in enumerate([("full", full), ("sampled", sampled)] * 3):
         out = tmp_path / f"{name}{i}.json"
         subprocess.run([sys.executable, "-m", "gpuscale", "train", "--params", str(REPO / "params.yaml"),
                         "--params", str(overlay), "--model", "simplecnn", "--device", "cpu", "--threads", "1",

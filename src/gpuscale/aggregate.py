@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuscale import analysis, fsutil, paper, record
+from gpuscale import analysis, fsutil, paper, record, sampling
 
 log = logging.getLogger("gpuscale.aggregate")
 
@@ -170,12 +170,6 @@ SAMPLING_SCHEMA = {"source": pl.String, "model": pl.String, "device": pl.String,
                    "epoch_error_min": pl.Float64, "epoch_error_max": pl.Float64}
 
 
-def sampled_estimate(marks: dict[int, float], warmup: int, steps: int, steps_per_epoch: int) -> float:
-    """The sampled protocol's epoch time from the clock at `warmup` and at `steps` (as train_epoch computes it)."""
-    per_step = (marks[steps] - marks[warmup]) / (steps - warmup)
-    return marks[warmup] + per_step * (steps_per_epoch - warmup)
-
-
 def sampling_frame(loaded) -> pl.DataFrame:
     """The sampled protocol checked on full runs: for each run timed in full whose epochs carry step marks, what
     timing only the first N steps of every epoch would have estimated for the total, against the measured total."""
@@ -191,7 +185,7 @@ def sampling_frame(loaded) -> pl.DataFrame:
             continue
         measured = sum(e["train_seconds"] for e in epochs)
         for n in sorted(s for s in common if s > warmup):
-            estimates = [sampled_estimate(m, warmup, n, e["steps"]) for m, e in zip(marks, epochs)]
+            estimates = [sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs)]
             errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs)]
             rows.append({"source": source, **flat_key(rec), "sampled_steps": n, "warmup_steps": warmup,
                          "steps_per_epoch": epochs[0]["steps"], "epochs": len(epochs),

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, loaders, nets, record, variants
+from gpuscale import energy, envinfo, loaders, nets, record, sampling, variants
 from gpuscale.models import MODELS
 from gpuscale.params import data_parallel_size
 
@@ -171,8 +171,7 @@ def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps
     seconds = measured_seconds
     train_images = images_seen
     if sampled:
-        per_step = (measured_seconds - warm_seconds) / (steps - warmup)
-        seconds = warm_seconds + per_step * (steps_per_epoch - warmup)
+        seconds = sampling.extrapolate(warm_seconds, measured_seconds, warmup, steps, steps_per_epoch)
         train_images = len(loader.dataset)
     return {
         "train_seconds": seconds,

@@ -34,11 +34,12 @@ CODE = {
     "train": [
         f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/train.py", f"{PKG}/data.py", f"{PKG}/models.py",
         f"{PKG}/nets.py", f"{PKG}/envinfo.py", f"{PKG}/record.py", f"{PKG}/energy.py", f"{PKG}/loaders.py",
-        f"{PKG}/variants.py", f"{PKG}/distributed.py", f"{PKG}/checkpoint.py", f"{PKG}/fsutil.py",
+        f"{PKG}/variants.py", f"{PKG}/sampling.py", f"{PKG}/distributed.py", f"{PKG}/checkpoint.py", f"{PKG}/fsutil.py",
         f"{PKG}/schemas/params.schema.yaml", f"{PKG}/schemas/run-record.schema.json",
     ],
     "aggregate": [
         f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/paper.py",
+        f"{PKG}/sampling.py",
         f"{PKG}/record.py", f"{PKG}/fsutil.py", f"{PKG}/schemas/run-record.schema.json",
     ],
     "charts": [f"{PKG}/cli.py", f"{PKG}/charts.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/fsutil.py"],
