@@ -78,3 +78,16 @@ def test_scaling_table_compares_data_parallel_runs_with_one_device(tmp_path):
     assert row["speedup"] == pytest.approx(10.0 / 3.0) and row["efficiency"] == pytest.approx(10.0 / 12.0)
     # the data-parallel run is no "GPU" in the CPU/GPU speedup table: only cuda pairs with cpu there
     assert out["speedup"]["gpu_device"].to_list() == ["cuda"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer of a host without a GPU")
+def test_a_multi_gpu_device_on_a_host_without_gpus_is_not_measured(prepared, tmp_path):
+    from gpuscale import train
+    from test_train import tiny_settings
+
+    assert "no CUDA GPU" in train.spec_unavailable_reason("cuda-ddp4")
+    assert train.spec_unavailable_reason("cpu-ddp2") is None
+    settings = tiny_settings()
+    settings["device"] = "cuda-ddp2"
+    rec = train.run(settings, prepared, tmp_path / "r.json", threads=1)
+    assert rec["status"] == "not_measured" and rec["timing"] is None and "no CUDA GPU" in rec["not_measured_reason"]

@@ -37,7 +37,10 @@ class TrainError(RuntimeError):
 
 
 def torch_device(slug: str) -> torch.device:
-    """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device."""
+    """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device; a data-parallel
+    spec ('cuda-ddp4', 'cpu-ddp2') gives its kind of device (each process then takes its own GPU)."""
+    if data_parallel_size(slug) > 1:
+        return torch.device(slug.split("-", 1)[0])
     if slug.startswith("cuda-"):
         return torch.device("cuda", int(slug.split("-", 1)[1]))
     return torch.device(slug)
@@ -310,10 +313,10 @@ def spec_unavailable_reason(spec: str) -> str | None:
     if world == 1:
         return device_unavailable_reason(torch_device(spec))
     if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            return "no CUDA GPU on this host (torch.cuda.is_available() is False)"
-        if torch.cuda.device_count() < world:
-            return f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
+        reason = device_unavailable_reason(torch.device("cuda", 0))
+        if reason is None and torch.cuda.device_count() < world:
+            reason = f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
+        return reason
     return None
 
 
@@ -325,7 +328,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         return _run(settings, data_dir, out, threads, label, resume, None)
     from gpuscale import distributed
 
-    ctx = distributed.setup(settings["device"].split("-")[0], world)
+    ctx = distributed.setup(torch_device(settings["device"]).type, world)
     try:
         return _run(settings, data_dir, out, threads, label, resume, ctx)
     finally:
