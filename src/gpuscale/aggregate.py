@@ -90,6 +90,7 @@ def runs_frame(loaded) -> pl.DataFrame:
         env, timing, quality = rec["environment"], rec["timing"] or {}, rec["quality"] or {}
         settings = rec["settings"]["train"]
         epochs = rec["epochs"]
+        distributed = rec.get("distributed") or {}
         rows.append({
             "source": source, **flat_key(rec), "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
             "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
@@ -99,8 +100,8 @@ def runs_frame(loaded) -> pl.DataFrame:
             "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
             "parameters": rec["model"]["parameters"], "train_flops_per_image": rec["model"]["train_flops_per_image"],
             "epochs": settings["epochs"], "batch_size": settings["batch_size"],
-            "world_size": (rec.get("distributed") or {}).get("world_size", 1),
-            "global_batch_size": (rec.get("distributed") or {}).get("global_batch_size", settings["batch_size"]),
+            "world_size": distributed.get("world_size", 1),
+            "global_batch_size": distributed.get("global_batch_size", settings["batch_size"]),
             "data_source": rec["data"]["source"], "synthetic": rec["data"]["synthetic"],
             "train_images": rec["data"]["train_images"], "test_images": rec["data"]["test_images"],
             "manifest_sha256": rec["data"]["manifest_sha256"],
@@ -211,7 +212,7 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     """
     # single-device runs only: data-parallel ones (cuda-ddpN, cpu-ddpN) go to the scaling table
     measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null()
-                           & ~pl.col("device").str.contains("-ddp"))
+                           & (pl.col("world_size") == 1))
     per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
         pl.col("parameters").first(), pl.col("train_flops_per_image").first(),
         pl.col("host").first(), pl.col("gpu_name").first(), pl.col("synthetic").any(),

@@ -61,11 +61,10 @@ def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.devi
     }
     generator = torch.Generator().manual_seed(seed)
     images = ArrayImages(dataset.train_images, dataset.train_labels, train_tf)
-    if world_size > 1:
-        sampler = DistributedSampler(images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-        train = DataLoader(images, batch_size=settings["batch_size"], sampler=sampler, generator=generator, **common)
-    else:
-        train = DataLoader(images, batch_size=settings["batch_size"], shuffle=True, generator=generator, **common)
+    sampler = (DistributedSampler(images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+               if world_size > 1 else None)
+    train = DataLoader(images, batch_size=settings["batch_size"], shuffle=sampler is None, sampler=sampler,
+                       generator=generator, **common)
     test = DataLoader(ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
                       batch_size=settings["eval_batch_size"], shuffle=False, **common)
     return train, test
