@@ -10,7 +10,7 @@ gpuscale report $P --tables "$TMP/tables" --charts "$TMP/charts" --out "$DIR/rep
 python3 - "$TMP/charts" docs <<'PY'
 import json, pathlib, sys
 import vl_convert
-for name in ("speedup_vs_parameters", "phases"):
+for name in ("speedup_vs_parameters", "speedup_vs_flops", "phases", "threads"):
     spec = json.loads((pathlib.Path(sys.argv[1]) / f"{name}.vl.json").read_text())
     (pathlib.Path(sys.argv[2]) / f"h200-study-{name}.png").write_bytes(vl_convert.vegalite_to_png(spec, scale=1.5))
 PY

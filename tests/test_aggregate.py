@@ -186,3 +186,17 @@ def test_sampled_runs_get_no_accuracy_parity(tmp_path):
     row = run(tmp_path, paths)["speedup"].row(0, named=True)
     assert row["extrapolated"] and row["accuracy_difference"] is None and row["accuracy_parity"] is None
     assert row["speedup"] == pytest.approx(10.0)
+    assert row["cpu_extrapolated"] and not row["gpu_extrapolated"]
+
+
+def test_headline_shows_a_sampled_runs_accuracy_as_such(tmp_path):
+    from gpuscale import report
+
+    cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3125)
+    cpu["timing"]["extrapolated"] = True
+    paths = [records.write(tmp_path / "r", cpu),
+             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8125))]
+    html = report.headline(run(tmp_path, paths)["speedup"])
+    assert "(31.25% after a sampled run)" in html  # the CPU's, labelled
+    assert "81.25%" in html and "(81.25% after" not in html  # the full GPU run's, as it is
+    assert "CPU time extrapolated (sampled protocol)" in html and "GPU time extrapolated" not in html

@@ -35,3 +35,17 @@ def test_charts_with_nothing_measured_say_so(tmp_path):
     assert "No model measured on both CPU and GPU yet" in str(built["speedup_vs_flops"].to_dict())
     assert "No measured runs yet" in str(built["epoch_seconds"].to_dict())
     assert "No phase profile" in str(built["phases"].to_dict())
+
+
+def test_accuracy_chart_leaves_sampled_pairs_out_and_says_so(tmp_path):
+    full = [records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], accuracy=0.75))
+            for device in ("cpu", "cuda")]
+    sampled_cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3)
+    sampled_cpu["timing"]["extrapolated"] = True
+    paths = [*full, records.write(tmp_path / "runs", sampled_cpu),
+             records.write(tmp_path / "runs", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8))]
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    spec = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["accuracy"].to_dict()
+    drawn = [row["model"] for dataset in spec["datasets"].values() for row in dataset if "model" in row]
+    assert "simplecnn" in drawn and "resnet18" not in drawn
+    assert "1 pair(s) with a sampled run left out" in str(spec["title"])

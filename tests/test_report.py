@@ -86,3 +86,17 @@ def test_report_renders_in_chromium_offline_without_errors_or_injection(built):
     assert errors == []
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:", "about:"))] == []
     assert pwned
+
+
+def test_sampling_table_names_the_sweep_a_row_comes_from():
+    import polars as pl
+
+    base = {"source": "here", "model": "resnet18", "device": "cuda", "variant": "paper", "seed": 0, "epochs": 1,
+            "warmup_steps": 5, "steps_per_epoch": 98, "estimated_total_seconds": 5.0, "measured_total_seconds": 6.3,
+            "error": -0.21, "epoch_error_min": -0.21, "epoch_error_max": -0.21}
+    frame = pl.DataFrame([{**base, "sweep_parameter": "batch", "sweep_value": 512, "sampled_steps": 20},
+                          {**base, "sweep_parameter": None, "sweep_value": None, "sampled_steps": 20},
+                          {**base, "sweep_parameter": None, "sweep_value": None, "sampled_steps": 200}])
+    html = report.sampling_table(frame)
+    assert html.count("batch=512") == 1
+    assert ">200<" not in html  # only the step counts the report lists

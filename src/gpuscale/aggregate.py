@@ -252,6 +252,8 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         .fill_null(False).alias("protocol_mismatch"),
         (pl.col("synthetic").fill_null(False) | pl.col("synthetic_cpu").fill_null(False)).alias("synthetic"),
         (pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)).alias("extrapolated"),
+        pl.col("extrapolated_cpu").fill_null(False).alias("cpu_extrapolated"),
+        pl.col("extrapolated").fill_null(False).alias("gpu_extrapolated"),
         pl.col("seeds").alias("gpu_seeds"), pl.col("seeds_cpu").alias("cpu_seeds"),
         "gpu_not_measured_reason",
         "epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu",

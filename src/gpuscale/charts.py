@@ -148,10 +148,14 @@ def by_device(runs: pl.DataFrame, column: str, title: str, axis: str) -> alt.Cha
 
 
 def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
-    data = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
-    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})" + _suffix(speedup)
+    both = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
+    # a sampled run trained on a few steps per epoch: its accuracy is no full-run accuracy, so it is not drawn
+    data = both.filter(~pl.col("extrapolated"))
+    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})"
+    if len(both) > len(data):
+        title += f" [{len(both) - len(data)} pair(s) with a sampled run left out]"
     if data.is_empty():
-        return _empty(title, "No model measured on both devices yet.")
+        return _empty(title, "No model trained in full on both devices yet (sampled runs are not compared).")
     low = float(min(data["cpu_accuracy"].min(), data["gpu_accuracy"].min())) - 0.02
     high = float(max(data["cpu_accuracy"].max(), data["gpu_accuracy"].max())) + 0.02
     scale = alt.Scale(domain=[max(low, 0), min(high, 1)])
@@ -173,8 +177,11 @@ def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
 
 
 def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
-    """Stacked seconds per steady epoch by phase (from separate instrumented steps), per model and device."""
-    title = "Where a training epoch's time goes (phase shares from instrumented steps × steady epoch time)" + _suffix(runs)
+    """Each phase's share of a training step (from separate instrumented steps), per model and device.
+
+    Shares, not seconds: one study spans epochs of under a second and of many minutes, and on one seconds axis the
+    fast runs' bars would vanish. The seconds per steady epoch are in the tooltip."""
+    title = "Where a training step's time goes (share of each phase, from instrumented steps)" + _suffix(runs)
     if phase_table.is_empty():
         return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
     data = phase_table.group_by(["source", "model", "device", "variant", "phase"]).agg(
@@ -186,7 +193,8 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
                              pl.col("phase").replace_strict({p: i for i, p in enumerate(order)}).alias("phase_order"))
     return alt.Chart(data).mark_bar().encode(
         y=alt.Y("run:N", title="model / device"),
-        x=alt.X("seconds_per_epoch:Q", title="seconds per steady epoch", stack="zero"),
+        x=alt.X("seconds_per_epoch:Q", title="share of a training step", stack="normalize",
+                axis=alt.Axis(format="%")),
         color=alt.Color("phase:N", sort=order, title="phase"),
         order=alt.Order("phase_order:Q"),
         row=alt.Row("panel:N", title=None),
