@@ -100,3 +100,19 @@ def test_sampling_table_names_the_sweep_a_row_comes_from():
     html = report.sampling_table(frame)
     assert html.count("batch=512") == 1
     assert ">200<" not in html  # only the step counts the report lists
+
+
+def test_warns_when_cpu_threads_and_loader_workers_oversubscribe_the_cores(tmp_path):
+    crowded = records.make("simplecnn", "cpu", [10.0, 10.0])  # 8 threads on 8 logical cores ...
+    crowded["settings"]["train"]["loader"] = {"num_workers": 2}  # ... plus 2 loader workers
+    roomy = records.make("resnet18", "cpu", [10.0, 10.0])
+    roomy["environment"]["torch_threads"] = 6
+    roomy["settings"]["train"]["loader"] = {"num_workers": 2}
+    device_loader = records.make("resnet50", "cpu", [10.0, 10.0], variant="tuned")
+    device_loader["settings"]["train"]["loader"] = {"num_workers": 2}
+    device_loader["variant"] = {"name": "tuned", "knobs": {"loader": "device"}, "effective": {}, "notes": []}  # no workers
+    paths = [records.write(tmp_path / "r", rec) for rec in (crowded, roomy, device_loader)]
+    out = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    assert out["runs"].sort("model")["loader_workers"].to_list() == [2, 0, 2]  # resnet18, resnet50, simplecnn
+    found = [w for w in report.warnings(aggregate.read_tables(tmp_path / "t")) if "DataLoader's workers" in w]
+    assert len(found) == 1 and "1 CPU run(s)" in found[0] and "8 threads + 2 workers on 8" in found[0]

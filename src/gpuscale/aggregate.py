@@ -61,7 +61,8 @@ def host_label(rec: dict) -> str:
 RUN_SCHEMA = {
     "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
     "sweep_parameter": pl.String, "sweep_value": pl.Int64, "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
-    "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "gpu_name": pl.String,
+    "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "loader_workers": pl.Int64,
+    "gpu_name": pl.String,
     "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
     "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
     "epochs": pl.Int64, "batch_size": pl.Int64, "world_size": pl.Int64, "global_batch_size": pl.Int64,
@@ -95,6 +96,7 @@ def runs_frame(loaded) -> pl.DataFrame:
             "source": source, **flat_key(rec), "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
             "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
             "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
+            "loader_workers": loader_workers(rec),
             "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
             "torch_version": env["torch_version"], "cuda_version": env["cuda_version"],
             "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
@@ -120,6 +122,13 @@ def runs_frame(loaded) -> pl.DataFrame:
             "record_path": str(path), "record_sha256": fsutil.sha256_file(path),
         })
     return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
+
+
+def loader_workers(rec: dict) -> int | None:
+    """DataLoader worker processes beside the training process (0 for the device loader; None if not recorded)."""
+    if ((rec.get("variant") or {}).get("knobs") or {}).get("loader") == "device":
+        return 0
+    return (rec["settings"]["train"].get("loader") or {}).get("num_workers")
 
 
 def flat_key(rec: dict) -> dict:
