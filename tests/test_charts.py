@@ -49,3 +49,11 @@ def test_accuracy_chart_leaves_sampled_pairs_out_and_says_so(tmp_path):
     drawn = [row["model"] for dataset in spec["datasets"].values() for row in dataset if "model" in row]
     assert "simplecnn" in drawn and "resnet18" not in drawn
     assert "1 pair(s) with a sampled run left out" in str(spec["title"])
+
+
+def test_accuracy_chart_still_flags_synthetic_data(tmp_path):
+    paths = [records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], synthetic=True))
+             for device in ("cpu", "cuda")]
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    title = str(charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["accuracy"].to_dict()["title"])
+    assert "SYNTHETIC DATA" in title

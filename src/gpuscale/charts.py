@@ -151,7 +151,7 @@ def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
     both = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
     # a sampled run trained on a few steps per epoch: its accuracy is no full-run accuracy, so it is not drawn
     data = both.filter(~pl.col("extrapolated"))
-    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})"
+    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})" + _suffix(data)  # synthetic data
     if len(both) > len(data):
         title += f" [{len(both) - len(data)} pair(s) with a sampled run left out]"
     if data.is_empty():

@@ -33,8 +33,9 @@ CHART_HELP = {
     "phases": "Where a training step's time goes: each bar splits one run's step into waiting for data (the "
     "loader), the host-to-device copy, forward, backward and the optimizer step, as shares. They come from separate "
     "instrumented steps after training (CUDA events on the GPU), so the headline times stay clean; the tooltip gives "
-    "each phase's seconds per steady epoch (share × steady epoch time) and the instrumentation's own overhead. This is where the paper's claim that data transfer is "
-    "30-40% of the small CNN's GPU time can be checked: compare data wait with host-to-device copy.",
+    "each phase's seconds per steady epoch (share × steady epoch time) and the instrumentation's own overhead. "
+    "This is where the paper's claim that data transfer is 30-40% of the small CNN's GPU time can be checked: "
+    "compare data wait with host-to-device copy.",
     "threads": "CPU thread sweep: each point is one run with N threads, its steady epoch time against the run with "
     "the fewest threads. The dashed curve is Amdahl's law fitted to the same points (T = a + b / N, P = b / (a + b)): "
     "a measured parallel fraction with a real N, where the GPU chart above can only infer one.",
