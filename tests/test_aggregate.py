@@ -200,3 +200,26 @@ def test_headline_shows_a_sampled_runs_accuracy_as_such(tmp_path):
     assert "(31.25% after a sampled run)" in html  # the CPU's, labelled
     assert "81.25%" in html and "(81.25% after" not in html  # the full GPU run's, as it is
     assert "CPU time extrapolated (sampled protocol)" in html and "GPU time extrapolated" not in html
+
+
+def test_thread_sweep_table_and_fit_from_hand_written_records(tmp_path):
+    """T(N) = 2 + 8 / N exactly, so P = 8 / 10; on 8 cores with 2 loader workers, 8 threads oversubscribe."""
+    from gpuscale import record
+
+    paths = []
+    for n in (1, 2, 4, 8):
+        rec = records.make("simplecnn", "cpu", [2 + 8 / n])
+        rec["key"]["sweep"] = {"parameter": "threads", "value": n}
+        rec["environment"]["torch_threads"] = n
+        rec["settings"]["train"]["loader"] = {"num_workers": 2}
+        path = tmp_path / "r" / f"threads{n}-paper-seed0.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record.validate(rec, str(path))
+        path.write_text(json.dumps(rec))
+        paths.append(path)
+    out = run(tmp_path, paths)
+    sweeps = out["sweeps"].sort("value")
+    assert sweeps["speedup_vs_baseline"].to_list() == pytest.approx([1.0, 10 / 6, 10 / 4, 10 / 3])
+    assert sweeps["oversubscribed"].to_list() == [False, False, False, True]
+    fit = out["fits"].filter(pl.col("fit").str.starts_with("CPU threads, simplecnn")).row(0, named=True)
+    assert fit["estimate"] == pytest.approx(0.8)

@@ -334,9 +334,11 @@ def sweeps_frame(runs: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
         pl.coalesce("steady_images_per_second", "train_images_per_second").alias("images_per_second"))
     group = ["source", "model", "device", "variant", "sweep_parameter"]
+    crowded = (pl.col("torch_threads") + pl.col("loader_workers") > pl.col("cpu_logical_cores")).fill_null(False)
     return (sweeps.group_by([*group, "sweep_value"]).agg(pl.col("epoch_seconds").median(),
                                                          pl.col("images_per_second").median(),
-                                                         pl.col("extrapolated").any())
+                                                         pl.col("extrapolated").any(),
+                                                         crowded.any().alias("oversubscribed"))
             .sort([*group, "sweep_value"])
             .with_columns(pl.col("sweep_value").first().over(group).alias("baseline_value"),
                           (pl.col("epoch_seconds").first().over(group) / pl.col("epoch_seconds")).alias("speedup_vs_baseline"))

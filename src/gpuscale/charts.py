@@ -224,8 +224,10 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
     y = alt.Y("speedup_vs_baseline:Q", title="speedup over the fewest threads")
     points = alt.Chart(data).mark_point(filled=True, size=80).encode(
         x=x, y=y, color="model:N", shape="source:N",
+        # faded: torch threads + DataLoader workers outnumbered the logical cores, so they competed for them
+        opacity=alt.condition("datum.oversubscribed", alt.value(0.35), alt.value(1.0)),
         tooltip=["source", "model", "variant", "value", alt.Tooltip("epoch_seconds:Q", format=".2f"),
-                 alt.Tooltip("speedup_vs_baseline:Q", format=".2f")])
+                 alt.Tooltip("speedup_vs_baseline:Q", format=".2f"), "oversubscribed"])
     layers = [points]
     if curves:
         layers.append(alt.Chart(pl.DataFrame(curves)).mark_line(strokeDash=[4, 3]).encode(

@@ -38,7 +38,9 @@ CHART_HELP = {
     "compare data wait with host-to-device copy.",
     "threads": "CPU thread sweep: each point is one run with N threads, its steady epoch time against the run with "
     "the fewest threads. The dashed curve is Amdahl's law fitted to the same points (T = a + b / N, P = b / (a + b)): "
-    "a measured parallel fraction with a real N, where the GPU chart above can only infer one.",
+    "a measured parallel fraction with a real N, where the GPU chart above can only infer one. A faded point is "
+    "a run whose torch threads plus DataLoader workers outnumbered the logical cores: there the loader and the "
+    "compute threads competed for cores, which Amdahl's law does not model (the fit still uses the point).",
     "batch": "GPU batch-size sweep: training images per second against batch size. Where the curve flattens the "
     "GPU (or the input pipeline feeding it) is saturated.",
     "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), by model and device, median over seeds.",
