@@ -5,8 +5,8 @@
 # DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:SWEEP for a sweep run (SWEEP = threads=N or batch=N; sweeps.train applies).
 # An argument overlay=FILE switches the overlay for the runs after it; an overlay with a `data:` section gets
 # its own prepared copy of the data (e.g. a smaller test set), prepared once. A run that would not finish inside
-# BUDGET seconds is skipped and says so. Records land in OUTDIR/runs/ and are packed as OUTDIR/records.tar (the
-# device tool brings back no deep folders).
+# BUDGET seconds is skipped and says so. Records and logs are packed as OUTDIR/records.tar and OUTDIR/logs.tar
+# (the device tool brings back no deep folders and a limited number of files).
 #   benchmarks/h200_study.sh ZIP OUTDIR BUDGET_SECONDS OVERLAY RUN|overlay=FILE...
 set -uo pipefail
 ZIP=$1; OUT=$2; BUDGET=$3; OVERLAY=$4; shift 4
@@ -42,4 +42,5 @@ for spec in "$@"; do
   grep -hE "training in|phases per step|rror" "$OUT/logs/$name.log" | sed -E "s/^.*INFO gpuscale.train: //"
   echo "[$name finished at ${SECONDS}s]"
 done
-tar -cf "$OUT/records.tar" -C "$OUT" runs
+# the device tool returns neither deep folders nor many files: records and logs come back as two tars
+tar -cf "$OUT/records.tar" -C "$OUT" runs && tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$OUT/runs" "$OUT/logs"
