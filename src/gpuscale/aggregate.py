@@ -62,7 +62,7 @@ RUN_SCHEMA = {
     "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
     "sweep_parameter": pl.String, "sweep_value": pl.Int64, "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
     "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "loader_workers": pl.Int64,
-    "gpu_name": pl.String,
+    "oversubscribed": pl.Boolean, "gpu_name": pl.String,
     "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
     "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
     "epochs": pl.Int64, "batch_size": pl.Int64, "world_size": pl.Int64, "global_batch_size": pl.Int64,
@@ -96,7 +96,7 @@ def runs_frame(loaded) -> pl.DataFrame:
             "source": source, **flat_key(rec), "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
             "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
             "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
-            "loader_workers": loader_workers(rec),
+            "loader_workers": loader_workers(rec), "oversubscribed": oversubscribed(rec),
             "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
             "torch_version": env["torch_version"], "cuda_version": env["cuda_version"],
             "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
@@ -129,6 +129,13 @@ def loader_workers(rec: dict) -> int | None:
     if ((rec.get("variant") or {}).get("knobs") or {}).get("loader") == "device":
         return 0
     return (rec["settings"]["train"].get("loader") or {}).get("num_workers")
+
+
+def oversubscribed(rec: dict) -> bool:
+    """A CPU run whose torch threads plus DataLoader workers outnumber the host's logical cores: they compete."""
+    env, workers = rec["environment"], loader_workers(rec)
+    return (rec["key"]["device"] == "cpu" and workers is not None
+            and env["torch_threads"] + workers > env["cpu_logical_cores"])
 
 
 def flat_key(rec: dict) -> dict:
@@ -237,6 +244,7 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     missing = runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null()).group_by(["source", "model", "variant"]).agg(
         pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
     joined = joined.join(missing, on=["source", "model", "variant"], how="left")
+    either_sampled = pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)
     out = joined.select(
         "source", "model", "variant",
         pl.coalesce("parameters", "parameters_cpu").alias("parameters"),
@@ -254,13 +262,12 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         pl.col("final_test_accuracy_cpu").alias("cpu_accuracy"),
         pl.col("final_test_accuracy").alias("gpu_accuracy"),
         # a sampled run trained on a few steps per epoch: its accuracy is no 10-epoch accuracy, so no parity
-        pl.when(pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False))
-        .then(None).otherwise(pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu"))
+        pl.when(either_sampled).then(None).otherwise(pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu"))
         .alias("accuracy_difference"),
         ((pl.col("epochs") != pl.col("epochs_cpu")) | (pl.col("train_images") != pl.col("train_images_cpu")))
         .fill_null(False).alias("protocol_mismatch"),
         (pl.col("synthetic").fill_null(False) | pl.col("synthetic_cpu").fill_null(False)).alias("synthetic"),
-        (pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)).alias("extrapolated"),
+        either_sampled.alias("extrapolated"),
         pl.col("extrapolated_cpu").fill_null(False).alias("cpu_extrapolated"),
         pl.col("extrapolated").fill_null(False).alias("gpu_extrapolated"),
         pl.col("seeds").alias("gpu_seeds"), pl.col("seeds_cpu").alias("cpu_seeds"),
@@ -334,11 +341,10 @@ def sweeps_frame(runs: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
         pl.coalesce("steady_images_per_second", "train_images_per_second").alias("images_per_second"))
     group = ["source", "model", "device", "variant", "sweep_parameter"]
-    crowded = (pl.col("torch_threads") + pl.col("loader_workers") > pl.col("cpu_logical_cores")).fill_null(False)
     return (sweeps.group_by([*group, "sweep_value"]).agg(pl.col("epoch_seconds").median(),
                                                          pl.col("images_per_second").median(),
                                                          pl.col("extrapolated").any(),
-                                                         crowded.any().alias("oversubscribed"))
+                                                         pl.col("oversubscribed").any())
             .sort([*group, "sweep_value"])
             .with_columns(pl.col("sweep_value").first().over(group).alias("baseline_value"),
                           (pl.col("epoch_seconds").first().over(group) / pl.col("epoch_seconds")).alias("speedup_vs_baseline"))

@@ -196,8 +196,7 @@ def warnings(tables: dict) -> list[str]:
     for r in speedup.filter(pl.col("protocol_mismatch")).iter_rows(named=True):
         out.append(f"{r['source']}: {r['model']} ({r['variant']}): CPU and GPU runs differ in epochs or data size; "
                    "the speedup compares seconds per epoch.")
-    crowded = runs.filter((pl.col("status") == "measured") & (pl.col("device") == "cpu")
-                          & (pl.col("torch_threads") + pl.col("loader_workers") > pl.col("cpu_logical_cores")))
+    crowded = runs.filter((pl.col("status") == "measured") & pl.col("oversubscribed"))
     for (source,), frame in crowded.group_by(["source"], maintain_order=True):
         r = frame.row(0, named=True)
         out.append(f"{source}: {frame.height} CPU run(s) gave torch more threads than the DataLoader's workers leave "
