@@ -184,7 +184,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
     title = "Where a training step's time goes (share of each phase, from instrumented steps)" + _suffix(runs)
     if phase_table.is_empty():
         return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
-    data = phase_table.group_by(["source", "model", "device", "variant", "phase"]).agg(
+    data = phase_table.group_by(["source", "model", "device", "variant", "phase"], maintain_order=True).agg(
         pl.col("seconds_per_epoch").median(), pl.col("fraction").median(), pl.col("overhead_fraction").median(),
         pl.col("seconds_per_step").median())
     order = list(aggregate.PHASE_ORDER)
