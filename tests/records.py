@@ -58,7 +58,8 @@ def make(model: str, device: str, epoch_seconds: list[float], accuracy: float = 
 
 def write(root: Path, rec: dict) -> Path:
     k = rec["key"]
-    path = Path(root) / k["model"] / k["device"] / f"{k['variant']}-seed{k['seed']}.json"
+    sweep = f"{k['sweep']['parameter']}{k['sweep']['value']}-" if k.get("sweep") else ""
+    path = Path(root) / k["model"] / k["device"] / f"{sweep}{k['variant']}-seed{k['seed']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     record.validate(rec, str(path))
     path.write_text(json.dumps(rec))

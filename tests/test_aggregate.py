@@ -204,19 +204,13 @@ def test_headline_shows_a_sampled_runs_accuracy_as_such(tmp_path):
 
 def test_thread_sweep_table_and_fit_from_hand_written_records(tmp_path):
     """T(N) = 2 + 8 / N exactly, so P = 8 / 10; on 8 cores with 2 loader workers, 8 threads oversubscribe."""
-    from gpuscale import record
-
     paths = []
     for n in (1, 2, 4, 8):
         rec = records.make("simplecnn", "cpu", [2 + 8 / n])
         rec["key"]["sweep"] = {"parameter": "threads", "value": n}
         rec["environment"]["torch_threads"] = n
         rec["settings"]["train"]["loader"] = {"num_workers": 2}
-        path = tmp_path / "r" / f"threads{n}-paper-seed0.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        record.validate(rec, str(path))
-        path.write_text(json.dumps(rec))
-        paths.append(path)
+        paths.append(records.write(tmp_path / "r", rec))
     out = run(tmp_path, paths)
     sweeps = out["sweeps"].sort("value")
     assert sweeps["speedup_vs_baseline"].to_list() == pytest.approx([1.0, 10 / 6, 10 / 4, 10 / 3])
