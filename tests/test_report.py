@@ -116,3 +116,27 @@ def test_warns_when_cpu_threads_and_loader_workers_oversubscribe_the_cores(tmp_p
     assert out["runs"].sort("model")["loader_workers"].to_list() == [2, 0, 2]  # resnet18, resnet50, simplecnn
     found = [w for w in report.warnings(aggregate.read_tables(tmp_path / "t")) if "DataLoader's workers" in w]
     assert len(found) == 1 and "1 CPU run(s)" in found[0] and "8 threads + 2 workers on 8" in found[0]
+
+
+def test_warns_about_compiled_runs_that_may_have_found_a_warm_compile_cache(tmp_path):
+    def compiled(model, seed, **cache):
+        rec = records.make(model, "cuda", [20.0, 1.0], variant="tuned", seed=seed)
+        rec["variant"] = {"name": "tuned", "knobs": {"compile": "reduce-overhead"},
+                          "effective": {"compile": "reduce-overhead", **cache}, "notes": []}
+        return rec
+
+    cold = compiled("simplecnn", 0, compile_cache="cold", compile_cache_files_at_start=0)
+    empty_shared = compiled("simplecnn", 1, compile_cache="shared", compile_cache_files_at_start=0)
+    warm_shared = compiled("simplecnn", 2, compile_cache="shared", compile_cache_files_at_start=68)
+    unknown = compiled("resnet18", 0)  # a record from before gpuscale recorded the cache
+    uncompiled = records.make("resnet50", "cuda", [2.0, 1.0])
+    paths = [records.write(tmp_path / "r", rec) for rec in (cold, empty_shared, warm_shared, unknown, uncompiled)]
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    tables = aggregate.read_tables(tmp_path / "t")
+    runs = tables["runs"].sort("model", "seed")
+    assert runs["compile_cache"].to_list() == ["unknown", None, "cold", "shared", "shared"]
+    assert runs["compile_cache_files_at_start"].to_list() == [None, None, 0, 0, 68]
+    found = [w for w in report.warnings(tables) if "torch.compile cache" in w]
+    assert len(found) == 1 and "2 compiled run(s)" in found[0]
+    assert "simplecnn on cuda (tuned, seed 2)" in found[0] and "resnet18 on cuda (tuned, seed 0)" in found[0]
+    assert "seed 1" not in found[0]

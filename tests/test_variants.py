@@ -1,3 +1,6 @@
+import os
+import tempfile
+
 import numpy as np
 import pytest
 import torch
@@ -59,3 +62,35 @@ def test_undefined_variant_is_a_params_error(base_params):
     base_params["study"]["variants"] = ["turbo"]
     with pytest.raises(params.ParamsError, match="study.variants.0: 'turbo' is not defined under variants"):
         params.validate(base_params)
+
+
+def test_compiled_runs_get_a_cold_private_cache_unless_told_to_share_one(prepared, tmp_path, monkeypatch):
+    """A real torch.compile on this CPU, twice: cold compiles into a private cache it removes; shared uses and counts
+    Inductor's usual cache (here a test directory holding one file from an 'earlier run')."""
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    (shared / "left-by-an-earlier-run").write_text("x")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    config = params.load([REPO / "params.yaml"])
+    config["train"].update(epochs=1, batch_size=100, eval_batch_size=60, log_every_steps=100, phase_profile_steps=0,
+                           loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+
+    def run(policy: str) -> dict:
+        config["variants"]["compiled"] = {**config["variants"]["paper"], "compile": "default", "compile_cache": policy}
+        out = tmp_path / f"{policy}.json"
+        train.run(params.run_settings(config, "simplecnn", "cpu", "compiled", 0), prepared, out, threads=1)
+        return record.load(out)["variant"]["effective"]
+
+    cold = run("cold")
+    assert (cold["compile"], cold["compile_cache"], cold["compile_cache_files_at_start"]) == ("default", "cold", 0)
+    assert [p.name for p in shared.iterdir()] == ["left-by-an-earlier-run"]  # compiled elsewhere ...
+    assert not list(scratch.glob("gpuscale-compile-cache-*"))  # ... in a private cache, now gone
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(shared) and "TRITON_CACHE_DIR" not in os.environ
+
+    warm = run("shared")
+    assert (warm["compile_cache"], warm["compile_cache_files_at_start"]) == ("shared", 1)
+    assert sum(len(files) for _, _, files in os.walk(shared)) > 1  # this run compiled into the shared cache

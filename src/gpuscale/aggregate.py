@@ -62,7 +62,8 @@ RUN_SCHEMA = {
     "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
     "sweep_parameter": pl.String, "sweep_value": pl.Int64, "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
     "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "loader_workers": pl.Int64,
-    "oversubscribed": pl.Boolean, "gpu_name": pl.String,
+    "oversubscribed": pl.Boolean, "compile_cache": pl.String, "compile_cache_files_at_start": pl.Int64,
+    "gpu_name": pl.String,
     "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
     "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
     "epochs": pl.Int64, "batch_size": pl.Int64, "world_size": pl.Int64, "global_batch_size": pl.Int64,
@@ -97,6 +98,7 @@ def runs_frame(loaded) -> pl.DataFrame:
             "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
             "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
             "loader_workers": loader_workers(rec), "oversubscribed": oversubscribed(rec),
+            **compile_cache_columns(rec),
             "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
             "torch_version": env["torch_version"], "cuda_version": env["cuda_version"],
             "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
@@ -136,6 +138,16 @@ def oversubscribed(rec: dict) -> bool:
     env, workers = rec["environment"], loader_workers(rec)
     return (rec["key"]["device"] == "cpu" and workers is not None
             and env["torch_threads"] + workers > env["cpu_logical_cores"])
+
+
+def compile_cache_columns(rec: dict) -> dict:
+    """For a compiled run: which torch.compile cache it started with (cold, shared, or unknown in records made
+    before gpuscale recorded it) and how many files that cache held; nulls for an uncompiled run."""
+    effective = (rec.get("variant") or {}).get("effective") or {}
+    if effective.get("compile", "none") == "none":
+        return {"compile_cache": None, "compile_cache_files_at_start": None}
+    return {"compile_cache": effective.get("compile_cache", "unknown"),
+            "compile_cache_files_at_start": effective.get("compile_cache_files_at_start")}
 
 
 def flat_key(rec: dict) -> dict:

@@ -203,6 +203,15 @@ def warnings(tables: dict) -> list[str]:
                    f"free (e.g. {r['torch_threads']} threads + {r['loader_workers']} workers on {r['cpu_logical_cores']} "
                    "logical cores). They compete for cores, so the CPU may train faster with fewer threads: set "
                    "train.cpu_threads, or measure it with sweeps.cpu_threads.")
+    warm = runs.filter((pl.col("status") == "measured") & ((pl.col("compile_cache") == "unknown") | (
+        (pl.col("compile_cache") == "shared") & (pl.col("compile_cache_files_at_start") > 0))))
+    for (source,), frame in warm.group_by(["source"], maintain_order=True):
+        named = [f"{r['model']} on {r['device']} ({r['variant']}, seed {r['seed']})" for r in frame.iter_rows(named=True)]
+        runs_named = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")
+        out.append(f"{source}: {frame.height} compiled run(s) may have found a warm torch.compile cache ({runs_named}): "
+                   "a shared cache that held files, or a record that predates the cache field. Their warm-up epoch, "
+                   "and so their whole-run time, can be several times shorter than a first run's; steady epochs are "
+                   "unaffected. variants.<name>.compile_cache: cold gives every run an empty cache.")
     extrapolated = runs.filter(pl.col("extrapolated"))
     if not extrapolated.is_empty():
         out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")

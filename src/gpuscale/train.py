@@ -324,19 +324,21 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
         resume: bool = False) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
     world = data_parallel_size(settings["device"])
-    if world == 1 or spec_unavailable_reason(settings["device"]):
-        return _run(settings, data_dir, out, threads, label, resume, None)
-    from gpuscale import distributed
+    ctx = None
+    if world > 1 and not spec_unavailable_reason(settings["device"]):
+        from gpuscale import distributed
 
-    ctx = distributed.setup(torch_device(settings["device"]).type, world)
+        ctx = distributed.setup(torch_device(settings["device"]).type, world)
     try:
-        return _run(settings, data_dir, out, threads, label, resume, ctx)
+        with variants.compile_cache(settings["variant_knobs"]) as cache:
+            return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
-        distributed.teardown()
+        if ctx is not None:
+            distributed.teardown()
 
 
 def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None, resume: bool,
-         ctx) -> dict:
+         ctx, cache: dict | None = None) -> dict:
     """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`.
 
     With `resume`, a checkpoint beside `out` is written after every epoch; a later call for the same run on
@@ -402,7 +404,7 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
         record.write(out, result)
         return result
 
-    runner = variants.Runner(settings["variant"], settings["variant_knobs"], device)
+    runner = variants.Runner(settings["variant"], settings["variant_knobs"], device, cache)
     core = model = model.to(device)
     wrap = None
     if ctx is not None:

@@ -8,20 +8,73 @@ and says so in the record's `variant.effective`, so no setting is claimed that d
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import torch
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The knobs of params.yaml's `paper` variant, for callers that train without params (benchmarks).
-PAPER_KNOBS = {"precision": "default", "memory_format": "contiguous", "compile": "none", "loader": "host",
-               "fused_optimizer": False, "cudnn_benchmark": False}
+PAPER_KNOBS = {"precision": "default", "memory_format": "contiguous", "compile": "none", "compile_cache": "cold",
+               "loader": "host", "fused_optimizer": False, "cudnn_benchmark": False}
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def inductor_cache_dir() -> str:
+    """The directory torch.compile (Inductor) reads and fills unless told otherwise."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:  # private, but it is what Inductor itself calls
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        return default_cache_dir()
+    except ImportError:
+        return os.path.join(tempfile.gettempdir(), "torchinductor_" + (os.environ.get("USER") or "unknown"))
+
+
+def count_files(directory: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(directory))
+
+
+@contextlib.contextmanager
+def compile_cache(knobs: dict) -> Iterator[dict | None]:
+    """Where a compiled run keeps what torch.compile produces, for the whole run (every process of it).
+
+    `cold` (the default): a private, empty cache directory, removed afterwards, so the first epoch pays the whole
+    compilation whatever ran on this machine before; runs of any order time alike. `shared`: Inductor's usual
+    cache, which earlier runs may have filled; a warm cache can cut the first epoch several-fold, so the record
+    counts the files it held when the run began. Yields None for an uncompiled variant.
+    """
+    if knobs["compile"] == "none":
+        yield None
+        return
+    policy = knobs.get("compile_cache", "cold")
+    torch.compiler.reset()  # nothing compiled earlier in this process is reused: only the on-disk cache can be
+    if policy == "shared":
+        directory = inductor_cache_dir()
+        yield {"policy": "shared", "files_at_start": count_files(directory) if os.path.isdir(directory) else 0}
+        return
+    saved = {name: os.environ.get(name) for name in CACHE_ENV}
+    directory = tempfile.mkdtemp(prefix="gpuscale-compile-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
+    try:
+        yield {"policy": "cold", "files_at_start": 0}
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class Runner:
     """Applies a variant's knobs to one run on one device and remembers what was in effect."""
 
-    def __init__(self, name: str, knobs: dict, device: torch.device):
-        self.name, self.knobs, self.device = name, dict(knobs), device
+    def __init__(self, name: str, knobs: dict, device: torch.device, cache: dict | None = None):
+        self.name, self.knobs, self.device, self.cache = name, dict(knobs), device, cache
         self.effective: dict = {}
         self.notes: list[str] = []
         self._backend()
@@ -78,6 +131,9 @@ class Runner:
         if mode != "none":
             # static shapes: the last, smaller batch gets its own graph instead of a dynamic-shape rebuild
             model = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
+            if self.cache is not None:  # which cache the compilation found: its cost lands in the warm-up epoch
+                self.effective["compile_cache"] = self.cache["policy"]
+                self.effective["compile_cache_files_at_start"] = self.cache["files_at_start"]
         self.effective["compile"] = mode
         return model
 
