@@ -2,18 +2,25 @@
 # The reference study (issue 5) on a bare GPU host (torch, torchvision, numpy, pillow, pyyaml; no workflow
 # tools): `gpuscale train` with params.yaml as it is (10 epochs, the paper's protocol) plus an overlay, one
 # timing job at a time, for the runs named on the command line as DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS, or
-# DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:SWEEP for a sweep run (SWEEP = threads=N or batch=N; sweeps.train applies).
+# DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:SWEEP for a sweep run (SWEEP = threads=N or batch=N; sweeps.train applies),
+# or DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:resume for a run longer than one call: it checkpoints every epoch
+# (runtime.resume), starts whatever its estimate, is cut at BUDGET, and the next call on the same (still warm)
+# machine continues it from its last epoch; its record lists which process timed which epochs.
 # An argument overlay=FILE switches the overlay for the runs after it; an overlay with a `data:` section gets
 # its own prepared copy of the data (e.g. a smaller test set), prepared once. A run that would not finish inside
-# BUDGET seconds is skipped and says so. Records and logs are packed as OUTDIR/records.tar and OUTDIR/logs.tar
-# (the device tool brings back no deep folders and a limited number of files).
+# BUDGET seconds is skipped and says so. Runs write under $WORK (/tmp/gpuscale-study: it outlives the call while
+# the machine stays warm); the records and logs finished in this call are packed as OUTDIR/records.tar and
+# OUTDIR/logs.tar (the device tool brings back no deep folders and a limited number of files).
 #   benchmarks/h200_study.sh ZIP OUTDIR BUDGET_SECONDS OVERLAY RUN|overlay=FILE...
 set -uo pipefail
 ZIP=$1; OUT=$2; BUDGET=$3; OVERLAY=$4; shift 4
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 G="python3 -m gpuscale"
-mkdir -p "$OUT/runs" "$OUT/logs"
+WORK=${WORK:-/tmp/gpuscale-study}
+mkdir -p "$WORK/runs" "$WORK/logs" "$OUT"
 printf 'data: {source: imagefolder, path: %s}\n' "$ZIP" > /tmp/gpuscale-zip.yaml
+printf 'runtime: {resume: true}\n' > /tmp/gpuscale-resume.yaml
+done_runs=(); done_logs=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 
 use_overlay() {  # sets P (the params chain) and DATA (the prepared data for it), preparing it if new
@@ -30,17 +37,32 @@ use_overlay "$OVERLAY"
 for spec in "$@"; do
   if [[ $spec == overlay=* ]]; then use_overlay "${spec#overlay=}"; continue; fi
   IFS=: read -r device model variant seed estimate sweep <<<"$spec"
-  if (( SECONDS + estimate >= BUDGET )); then
+  resume=0; [[ ${sweep:-} == resume ]] && { resume=1; sweep=; }
+  if (( resume ? SECONDS + 60 >= BUDGET : SECONDS + estimate >= BUDGET )); then
     echo "[skipped $spec: ~${estimate}s would pass the ${BUDGET}s budget at ${SECONDS}s]"; continue
   fi
-  file="$variant-seed$seed.json"; extra=()
+  file="$variant-seed$seed.json"; extra=(); RP=()
   if [[ -n "${sweep:-}" ]]; then file="${sweep/=/}-$file"; extra=(--sweep "$sweep"); fi
+  if (( resume )); then RP=(--params /tmp/gpuscale-resume.yaml); fi
   name="$model-$device-${file%.json}"
-  $G train $P --model "$model" --device "$device" --variant "$variant" --seed "$seed" --threads "$(nproc)" \
-    "${extra[@]}" --data "$DATA" --out "$OUT/runs/$model/$device/$file" --log "$OUT/logs/$name.log" \
-    >/dev/null 2>&1 || echo "[failed $spec]"
-  grep -hE "training in|phases per step|rror" "$OUT/logs/$name.log" | sed -E "s/^.*INFO gpuscale.train: //"
-  echo "[$name finished at ${SECONDS}s]"
+  log="$WORK/logs/$name.log"; n=1
+  while [[ -e $log ]]; do n=$((n + 1)); log="$WORK/logs/$name.process$n.log"; done
+  record="$WORK/runs/$model/$device/$file"
+  timeout --signal=TERM $((BUDGET - SECONDS)) $G train $P "${RP[@]}" --model "$model" --device "$device" \
+    --variant "$variant" --seed "$seed" --threads "$(nproc)" "${extra[@]}" --data "$DATA" --out "$record" \
+    --log "$log" >/dev/null 2>&1
+  rc=$?
+  grep -hE "training in|phases per step|resumed from|rror" "$log" | sed -E "s/^.*INFO gpuscale.train: //"
+  done_logs+=("logs/${log##*/}")
+  if (( rc == 124 )); then
+    echo "[cut $spec at the ${BUDGET}s budget$( ((resume)) && echo '; the next call on this machine resumes it')]"
+  elif (( rc != 0 )); then echo "[failed $spec]"
+  else done_runs+=("runs/$model/$device/$file"); echo "[$name finished at ${SECONDS}s]"
+  fi
 done
 # the device tool returns neither deep folders nor many files: records and logs come back as two tars
-tar -cf "$OUT/records.tar" -C "$OUT" runs && tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$OUT/runs" "$OUT/logs"
+pack() {  # pack TAR NAME...: those paths under $WORK (an empty tar when none)
+  local tarfile=$1; shift
+  if (( $# )); then tar -cf "$tarfile" -C "$WORK" "$@"; else tar -cf "$tarfile" -T /dev/null; fi
+}
+pack "$OUT/records.tar" "${done_runs[@]}" && pack "$OUT/logs.tar" "${done_logs[@]}"
