@@ -217,3 +217,16 @@ def test_thread_sweep_table_and_fit_from_hand_written_records(tmp_path):
     assert sweeps["oversubscribed"].to_list() == [False, False, False, True]
     fit = out["fits"].filter(pl.col("fit").str.starts_with("CPU threads, simplecnn")).row(0, named=True)
     assert fit["estimate"] == pytest.approx(0.8)
+
+
+def test_headline_puts_the_papers_row_first_within_each_model(tmp_path):
+    """resnet18 as built here has fewer parameters than the paper's, which once sorted the paper's row last."""
+    from gpuscale import report
+
+    paths = [records.write(tmp_path / "r", records.make("resnet18", device, seconds, variant=variant))
+             for variant in ("tuned", "paper") for device, seconds in (("cpu", [40.0, 40.0]), ("cuda", [4.0, 4.0]))]
+    html = report.headline(run(tmp_path, paths)["speedup"])
+    order = [html.index(">simplecnn<"), html.index(">resnet18<"), html.index(">resnet50<")]
+    assert order == sorted(order)  # the paper's model order
+    group = html[order[1]:order[2]]
+    assert group.index(">paper (as published)<") < group.index(">paper<") < group.index(">tuned<")

@@ -102,8 +102,12 @@ def headline(speedup: pl.DataFrame) -> str:
                      "cpu accuracy": _accuracy(r["cpu_accuracy"], r["cpu_extrapolated"]),
                      "gpu accuracy": _accuracy(r["gpu_accuracy"], r["gpu_extrapolated"]), "note": "; ".join(note)})
     order = {m["model"]: i for i, m in enumerate(paper.ROWS)}
+    # models: the paper's in its order, then the rest by size; within a model, the paper's row first
     frame = pl.DataFrame(rows, infer_schema_length=None).with_columns(
-        pl.col("model").replace_strict(order, default=99).alias("_order")).sort(["_order", "parameters", "model", "source"]).drop("_order")
+        pl.col("model").replace_strict(order, default=99).alias("_order"),
+        pl.col("parameters").min().over("model").alias("_size"),
+        (pl.col("source") != aggregate.PAPER_SOURCE).alias("_measured"),
+    ).sort(["_order", "_size", "model", "_measured", "source", "variant"]).drop("_order", "_size", "_measured")
     table = (GT(frame, groupname_col="model")
              .fmt_integer(columns="parameters")
              .fmt_number(columns=["cpu s/epoch", "gpu s/epoch"], decimals=2)
