@@ -140,3 +140,20 @@ def test_warns_about_compiled_runs_that_may_have_found_a_warm_compile_cache(tmp_
     assert len(found) == 1 and "2 compiled run(s)" in found[0]
     assert "simplecnn on cuda (tuned, seed 2)" in found[0] and "resnet18 on cuda (tuned, seed 0)" in found[0]
     assert "seed 1" not in found[0]
+
+
+def test_sampling_summary_gives_the_error_range_over_study_runs_only():
+    import polars as pl
+
+    def row(seed, error, lo, hi, **extra):
+        return {"source": "here", "model": "resnet18", "device": "cuda", "variant": "paper", "seed": seed,
+                "epochs": 10, "warmup_steps": 5, "steps_per_epoch": 391, "estimated_total_seconds": 1.0,
+                "measured_total_seconds": 1.0, "error": error, "epoch_error_min": lo, "epoch_error_max": hi,
+                "sweep_parameter": None, "sweep_value": None, "sampled_steps": 20, **extra}
+
+    frame = pl.DataFrame([row(0, -0.031, -0.2, 0.1), row(1, 0.052, -0.4, 0.3),
+                          row(0, 0.9, 0.9, 0.9, sweep_parameter="batch", sweep_value=512, epochs=1)])
+    html = report.sampling_summary(frame)
+    assert ">2<" in html  # two study runs; the sweep run is left out ...
+    assert "+90.0%" not in html  # ... and so is its error
+    assert all(x in html for x in ("−3.1%", "+5.2%", "−40.0%", "+30.0%"))

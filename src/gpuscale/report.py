@@ -166,6 +166,23 @@ def sampling_table(sampling: pl.DataFrame) -> str | None:
             .as_raw_html())
 
 
+def sampling_summary(sampling: pl.DataFrame) -> str | None:
+    """The check in brief: per source, device, variant and step count, the range of the total's error over the
+    study's full runs (sweep runs, of one epoch, left out)."""
+    frame = sampling.filter(pl.col("sampled_steps").is_in(REPORTED_SAMPLED_STEPS) & pl.col("sweep_parameter").is_null())
+    if frame.is_empty():
+        return None
+    frame = (frame.group_by("source", "device", "variant", "sampled_steps")
+             .agg(pl.len().alias("full runs"), pl.col("error").min().alias("total error, lowest"),
+                  pl.col("error").max().alias("total error, highest"),
+                  pl.col("epoch_error_min").min().alias("single epochs, lowest"),
+                  pl.col("epoch_error_max").max().alias("single epochs, highest"))
+             .sort("source", "device", "variant", "sampled_steps"))
+    return (GT(frame).fmt_percent(columns=[c for c in frame.columns if "error" in c or "epochs," in c], decimals=1,
+                                  force_sign=True)
+            .as_raw_html())
+
+
 def scaling_table(scaling: pl.DataFrame) -> str | None:
     if scaling.is_empty():
         return None
@@ -257,6 +274,7 @@ def render(tables: dict, chart_dir: Path, config: dict, params_files: list[Path]
         fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
         gains=jinja2.utils.markupsafe.Markup(gains_table(tables["gains"]) or ""),
         sampling=jinja2.utils.markupsafe.Markup(sampling_table(tables["sampling"]) or ""),
+        sampling_summary=jinja2.utils.markupsafe.Markup(sampling_summary(tables["sampling"]) or ""),
         scaling=jinja2.utils.markupsafe.Markup(scaling_table(tables["scaling"]) or ""),
         charts=[{"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
                 for n in charts.CHART_NAMES],
