@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import REPO
 
-from gpuscale import data, loaders, params, record, train
+from gpuscale import data, loaders, params, record, train, variants
 
 
 def settings_for(variant: str) -> dict:
@@ -62,6 +62,13 @@ def test_undefined_variant_is_a_params_error(base_params):
     base_params["study"]["variants"] = ["turbo"]
     with pytest.raises(params.ParamsError, match="study.variants.0: 'turbo' is not defined under variants"):
         params.validate(base_params)
+
+
+def test_a_run_that_compiles_nothing_on_its_device_gets_no_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    tuned = params.load([REPO / "params.yaml"])["variants"]["tuned"]  # reduce-overhead: CUDA graphs
+    with variants.compile_cache(tuned, "cpu") as cache:
+        assert cache is None and not list(tmp_path.iterdir())
 
 
 def test_compiled_runs_get_a_cold_private_cache_unless_told_to_share_one(prepared, tmp_path, monkeypatch):

@@ -330,7 +330,7 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
 
         ctx = distributed.setup(torch_device(settings["device"]).type, world)
     try:
-        with variants.compile_cache(settings["variant_knobs"]) as cache:
+        with variants.compile_cache(settings["variant_knobs"], torch_device(settings["device"]).type) as cache:
             return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
         if ctx is not None:

@@ -22,6 +22,12 @@ PAPER_KNOBS = {"precision": "default", "memory_format": "contiguous", "compile":
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
+def compile_mode(knobs: dict, device_type: str) -> str:
+    """The torch.compile mode a run gets on this kind of device: CUDA graphs (reduce-overhead) need CUDA, so
+    elsewhere the run is uncompiled."""
+    return "none" if knobs["compile"] == "reduce-overhead" and device_type != "cuda" else knobs["compile"]
+
+
 def inductor_cache_dir() -> str:
     """The directory torch.compile (Inductor) reads and fills unless told otherwise."""
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
@@ -38,15 +44,15 @@ def count_files(directory: str) -> int:
 
 
 @contextlib.contextmanager
-def compile_cache(knobs: dict) -> Iterator[dict | None]:
+def compile_cache(knobs: dict, device_type: str) -> Iterator[dict | None]:
     """Where a compiled run keeps what torch.compile produces, for the whole run (every process of it).
 
     `cold` (the default): a private, empty cache directory, removed afterwards, so the first epoch pays the whole
     compilation whatever ran on this machine before; runs of any order time alike. `shared`: Inductor's usual
     cache, which earlier runs may have filled; a warm cache can cut the first epoch several-fold, so the record
-    counts the files it held when the run began. Yields None for an uncompiled variant.
+    counts the files it held when the run began. Yields None for a run that compiles nothing on this device.
     """
-    if knobs["compile"] == "none":
+    if compile_mode(knobs, device_type) == "none":
         yield None
         return
     policy = knobs.get("compile_cache", "cold")
@@ -124,10 +130,9 @@ class Runner:
         self.effective["memory_format"] = "channels_last" if self.channels_last else "contiguous"
         if wrap is not None:
             model = wrap(model)
-        mode = self.knobs["compile"]
-        if mode == "reduce-overhead" and self.device.type != "cuda":
+        mode = compile_mode(self.knobs, self.device.type)
+        if mode != self.knobs["compile"]:
             self.notes.append("compile reduce-overhead means CUDA graphs, which need a CUDA device: ran uncompiled")
-            mode = "none"
         if mode != "none":
             # static shapes: the last, smaller batch gets its own graph instead of a dynamic-shape rebuild
             model = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
