@@ -31,10 +31,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="gpuscale-compile-bench-") as tmp:
         tmp = Path(tmp)
-        data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
-                      "train_size": 2000, "test_size": 200, "subset_seed": 0, "download_timeout_seconds": 1,
-                      "download_retries": 0}, tmp / "prepared")
         config = params.load([REPO / "params.yaml"])
+        data.prepare({**config["data"], "source": "synthetic", "train_size": 2000, "test_size": 200}, tmp / "prepared")
         config["train"].update(epochs=3, batch_size=100, eval_batch_size=100, phase_profile_steps=0,
                                loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / "shared-cache"), "PYTHONPATH": str(REPO / "src")}

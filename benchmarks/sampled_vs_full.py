@@ -41,13 +41,13 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=2, help="train.sample_warmup_steps")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from gpuscale import data, sampling
+    from gpuscale import data, params, sampling
 
     with tempfile.TemporaryDirectory(prefix="gpuscale-sampled-bench-") as tmp:
         tmp = Path(tmp)
-        data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
-                      "train_size": args.train_size, "test_size": 50, "subset_seed": 0,
-                      "download_timeout_seconds": 1, "download_retries": 0}, tmp / "prepared")
+        data_settings = params.load([REPO / "params.yaml"])["data"]
+        data.prepare({**data_settings, "source": "synthetic", "train_size": args.train_size, "test_size": 50},
+                     tmp / "prepared")
         train = {"epochs": args.epochs, "batch_size": 64, "eval_batch_size": 256, "phase_profile_steps": 20,
                  "log_every_steps": 100, "sample_warmup_steps": args.warmup_steps,
                  "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False}}
