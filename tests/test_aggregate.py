@@ -75,6 +75,15 @@ def test_fits_need_three_models_and_then_recover_the_exponent(tmp_path):
     assert fits["estimate"][0] == pytest.approx(exponent)
 
 
+def test_an_amdahl_fit_with_an_undetermined_k_says_so_in_the_fits_table(tmp_path):
+    # GPU epochs near 8 s whatever the CPU takes (a loader-bound GPU): s is clear, k is not
+    gpu = {"simplecnn": 9.6, "resnet18": 6.9, "resnet50": 8.5}
+    paths = records.study(tmp_path / "runs", {m: CPU[m] / gpu[m] for m in gpu}, CPU)
+    fits = run(tmp_path, paths)["fits"].filter((pl.col("source") == "this host") & pl.col("fit").str.starts_with("T_gpu"))
+    row = fits.row(0, named=True)
+    assert row["ok"] and row["estimate_se"] > row["estimate"] and "k undetermined" in row["note"]
+
+
 def test_rerun_on_same_records_changes_no_byte(tmp_path):
     paths = records.study(tmp_path / "runs", SPEEDUPS, CPU)
     run(tmp_path, paths)

@@ -24,6 +24,18 @@ def test_amdahl_fit_recovers_serial_seconds_and_acceleration():
     assert fit["acceleration"] == pytest.approx(70.0)
 
 
+def test_amdahl_fit_says_when_k_is_undetermined():
+    # the GPU epoch stays near 8 s while the CPU epoch goes from 20 s to 800 s: s is clear, k is not
+    cpu = np.array([20.0, 50.0, 100.0, 220.0, 800.0])
+    gpu = np.array([8.5, 6.9, 9.6, 6.3, 9.0])
+    fit = analysis.amdahl_fit(cpu, gpu)
+    assert fit["ok"] and fit["acceleration_se"] > fit["acceleration"]
+    assert fit["serial_seconds"] == pytest.approx(gpu.mean(), abs=1.5)
+    assert "k undetermined" in fit["note"]
+    # a clean linear relation gets no such note
+    assert "note" not in analysis.amdahl_fit(cpu, 5.7 + cpu / 70.0)
+
+
 def test_amdahl_fit_on_the_papers_table_gives_the_papers_analysis():
     # PAPER.md: a = 56.8 s fixed, 1/b = ~70x, reproducing 1.97 / 7.32 / 40.59
     cpu = np.array([114.94, 463.63, 5443.67])

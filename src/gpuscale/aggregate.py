@@ -414,7 +414,7 @@ def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, 
             "estimate": estimate, "estimate_se": estimate_se,
             "intercept": intercept if intercept is not None else fit.get("intercept"),
             "intercept_se": intercept_se if intercept_se is not None else fit.get("intercept_se"),
-            "r2": fit.get("r2"), "note": fit.get("reason", "")}
+            "r2": fit.get("r2"), "note": fit.get("reason") or fit.get("note", "")}
 
 
 def overlaps(runs: pl.DataFrame) -> list[dict]:

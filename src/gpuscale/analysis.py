@@ -75,6 +75,9 @@ def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
         return {"ok": False, "n": fit["n"], "reason": "fitted slope is not positive: GPU time does not grow with CPU time"}
     fit.update({"serial_seconds": s, "serial_seconds_se": fit["intercept_se"], "acceleration": 1.0 / inv_k,
                 "acceleration_se": fit["slope_se"] / inv_k**2})
+    if fit["slope_se"] >= inv_k:  # 1/k within one standard error of 0: k has no upper bound
+        fit["note"] = ("k undetermined (its ± exceeds it): the GPU epoch hardly grows with the CPU epoch, so nearly "
+                       "all of it is s, the part the GPU does not accelerate")
     return fit
 
 
