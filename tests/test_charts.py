@@ -3,6 +3,9 @@ import records
 
 from gpuscale import aggregate, charts
 
+SPEEDUPS = {"simplecnn": 2.0, "resnet18": 7.5, "resnet50": 40.0}
+CPU = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
+
 
 def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
     paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0, "resnet50": 12.0},
@@ -26,6 +29,32 @@ def test_too_few_models_draw_no_fit_for_that_source(tmp_path):
     assert "this host" not in amdahl and "paper: RTX 3050" in amdahl  # the paper's 3 points fit; our 2 do not
     flops = str(built["speedup_vs_flops"].to_dict())
     assert "no fitted line: fewer than 3 models" in flops
+
+
+def test_amdahl_markers_are_hollow_where_k_is_undetermined(tmp_path):
+    # GPU epochs near 8 s whatever the CPU takes: this host's k is undetermined, the paper's is not
+    cpu = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
+    gpu = {"simplecnn": 9.6, "resnet18": 6.9, "resnet50": 8.5}
+    paths = records.study(tmp_path / "runs", {m: cpu[m] / gpu[m] for m in gpu}, cpu)
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    spec = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["amdahl"].to_dict()
+    points = [layer for layer in spec["layer"] if layer["mark"]["type"] == "point"]
+    by_fill = {layer["mark"]["filled"]: {row["series"] for row in spec["datasets"][layer["data"]["name"]]}
+               for layer in points}
+    assert by_fill == {True: {"paper: RTX 3050 vs i9-14900K / paper"}, False: {"this host / paper"}}
+
+
+def test_amdahl_draws_one_curve_per_variant_of_a_model(tmp_path):
+    # two variants of the same models in one source: each (variant, model) is its own curve, never one path
+    # zig-zagging between two P values
+    paths = records.study(tmp_path / "runs", SPEEDUPS, CPU)
+    paths += records.study(tmp_path / "runs", {m: 2 * v for m, v in SPEEDUPS.items()}, CPU, variant="tuned")
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    spec = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["amdahl"].to_dict()
+    line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
+    curves = pl.DataFrame(spec["datasets"][line["data"]["name"]]).filter(pl.col("series").str.starts_with("this host"))
+    per_group = curves.group_by("group").agg(pl.col("P").n_unique().alias("p_values"), pl.len())
+    assert per_group.height == 6 and per_group["p_values"].to_list() == [1] * 6
 
 
 def test_charts_with_nothing_measured_say_so(tmp_path):

@@ -75,10 +75,16 @@ def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
         return {"ok": False, "n": fit["n"], "reason": "fitted slope is not positive: GPU time does not grow with CPU time"}
     fit.update({"serial_seconds": s, "serial_seconds_se": fit["intercept_se"], "acceleration": 1.0 / inv_k,
                 "acceleration_se": fit["slope_se"] / inv_k**2})
-    if fit["slope_se"] >= inv_k:  # 1/k within one standard error of 0: k has no upper bound
+    if k_undetermined(fit["acceleration"], fit["acceleration_se"]):
         fit["note"] = ("k undetermined (its ± exceeds it): the GPU epoch hardly grows with the CPU epoch, so nearly "
                        "all of it is s, the part the GPU does not accelerate")
     return fit
+
+
+def k_undetermined(acceleration: float, acceleration_se: float | None) -> bool:
+    """Whether an Amdahl fit's k is undetermined: its standard error reaches k itself (equivalently, 1/k lies
+    within one standard error of 0, so k has no upper bound)."""
+    return acceleration_se is not None and acceleration_se >= acceleration
 
 
 def parallel_fraction(serial_seconds: float, cpu_seconds: float) -> float:

@@ -101,29 +101,37 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
         frame = paper if fit["source"] == aggregate.PAPER_SOURCE else speedup.filter(
             (pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"]) & pl.col("speedup").is_not_null())
         s, k = fit["intercept"], fit["estimate"]
+        position = "k undetermined: N not measured" if analysis.k_undetermined(k, fit["estimate_se"]) else "N = k · P"
         for row in frame.iter_rows(named=True):
             p = analysis.parallel_fraction(s, row["cpu_epoch_seconds"])
             if not 0 < p < 1:
                 continue
-            group = f"{fit['source']} / {row['model']}"
+            # one curve per (source, variant, model): each variant has a fit, and so a P, of its own
+            series = f"{fit['source']} / {fit['variant']}"
+            group = f"{series} / {row['model']}"
             for n in np.geomspace(1, 1e4, 60):
-                curves.append({"group": group, "source": fit["source"], "model": row["model"], "N": float(n),
+                curves.append({"group": group, "series": series, "model": row["model"], "N": float(n),
                                "S": float(analysis.amdahl_speedup(p, n)), "P": p})
-            marks.append({"group": group, "source": fit["source"], "model": row["model"],
-                          "N": analysis.effective_units(p, k), "S": row["speedup"], "P": p})
+            marks.append({"group": group, "series": series, "model": row["model"],
+                          "N": analysis.effective_units(p, k), "S": row["speedup"], "P": p, "position": position})
     title = "Amdahl's law: speedup S(N) = 1 / ((1 − P) + P / N), P from T_gpu = s + T_cpu / k" + _suffix(speedup)
     if not curves:
         return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
     x = alt.X("N:Q", scale=alt.Scale(type="log"), title="N, processing units (effective: N = k · P)")
     y = alt.Y("S:Q", scale=alt.Scale(type="log"), title="speedup S")
     line = alt.Chart(pl.DataFrame(curves)).mark_line().encode(
-        x=x, y=y, color=alt.Color("model:N"), strokeDash=alt.StrokeDash("source:N"), detail="group:N",
-        tooltip=["source", "model", alt.Tooltip("P:Q", format=".4f")])
-    points = alt.Chart(pl.DataFrame(marks)).mark_point(filled=True, size=110).encode(
-        x=x, y=y, color="model:N", shape=alt.Shape("source:N"),
-        tooltip=["source", "model", alt.Tooltip("P:Q", format=".4f"), alt.Tooltip("N:Q", format=".1f"),
-                 alt.Tooltip("S:Q", format=".2f", title="measured speedup")])
-    return alt.layer(line, points).properties(title=title, width=WIDTH, height=HEIGHT)
+        x=x, y=y, color=alt.Color("model:N"), strokeDash=alt.StrokeDash("series:N", title="source / variant"),
+        detail="group:N", tooltip=["series", "model", alt.Tooltip("P:Q", format=".4f")])
+    # a hollow marker: its source's k is undetermined, so where it sits along N is not a measurement
+    layers = [line]
+    for position, filled in (("N = k · P", True), ("k undetermined: N not measured", False)):
+        subset = [m for m in marks if m["position"] == position]
+        if subset:
+            layers.append(alt.Chart(pl.DataFrame(subset)).mark_point(filled=filled, size=110, strokeWidth=2).encode(
+                x=x, y=y, color="model:N", shape=alt.Shape("series:N", title="source / variant"),
+                tooltip=["series", "model", alt.Tooltip("P:Q", format=".4f"), alt.Tooltip("N:Q", format=".1f"),
+                         alt.Tooltip("S:Q", format=".2f", title="measured speedup"), "position"]))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
 
 
 def by_device(runs: pl.DataFrame, column: str, title: str, axis: str) -> alt.Chart:

@@ -29,7 +29,8 @@ CHART_HELP = {
     "If speedup is driven by work per image rather than by parameter count, these points lie closer to their line.",
     "amdahl": "Amdahl's law with P estimated from the fit T_gpu = s + T_cpu / k across models (s: seconds per epoch "
     "the GPU does not accelerate, k: how much faster it runs the rest). Each curve is one model's S(N); the marker "
-    "is its measured speedup, placed at N = k·P. Curves flatten at 1/(1−P): the serial share caps the speedup.",
+    "is its measured speedup, placed at N = k·P; a hollow marker means its source's k is undetermined (see the fits "
+    "table), so its place along N is not a measurement. Curves flatten at 1/(1−P): the serial share caps the speedup.",
     "phases": "Where a training step's time goes: each bar splits one run's step into waiting for data (the "
     "loader), the host-to-device copy, forward, backward and the optimizer step, as shares. They come from separate "
     "instrumented steps after training (CUDA events on the GPU), so the headline times stay clean; the tooltip gives "
