@@ -101,19 +101,20 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
         frame = paper if fit["source"] == aggregate.PAPER_SOURCE else speedup.filter(
             (pl.col("source") == fit["source"]) & (pl.col("variant") == fit["variant"]) & pl.col("speedup").is_not_null())
         s, k = fit["intercept"], fit["estimate"]
-        position = "k undetermined: N not measured" if analysis.k_undetermined(k, fit["estimate_se"]) else "N = k · P"
+        k_known = not analysis.k_undetermined(k, fit["estimate_se"])
+        # one curve per (source, variant, model): each variant has a fit, and so a P, of its own
+        series = f"{fit['source']} / {fit['variant']}"
         for row in frame.iter_rows(named=True):
             p = analysis.parallel_fraction(s, row["cpu_epoch_seconds"])
             if not 0 < p < 1:
                 continue
-            # one curve per (source, variant, model): each variant has a fit, and so a P, of its own
-            series = f"{fit['source']} / {fit['variant']}"
             group = f"{series} / {row['model']}"
             for n in np.geomspace(1, 1e4, 60):
                 curves.append({"group": group, "series": series, "model": row["model"], "N": float(n),
                                "S": float(analysis.amdahl_speedup(p, n)), "P": p})
             marks.append({"group": group, "series": series, "model": row["model"],
-                          "N": analysis.effective_units(p, k), "S": row["speedup"], "P": p, "position": position})
+                          "N": analysis.effective_units(p, k), "S": row["speedup"], "P": p, "k_known": k_known,
+                          "position": "N = k · P" if k_known else "k undetermined: N not measured"})
     title = "Amdahl's law: speedup S(N) = 1 / ((1 − P) + P / N), P from T_gpu = s + T_cpu / k" + _suffix(speedup)
     if not curves:
         return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
@@ -124,8 +125,8 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
         detail="group:N", tooltip=["series", "model", alt.Tooltip("P:Q", format=".4f")])
     # a hollow marker: its source's k is undetermined, so where it sits along N is not a measurement
     layers = [line]
-    for position, filled in (("N = k · P", True), ("k undetermined: N not measured", False)):
-        subset = [m for m in marks if m["position"] == position]
+    for filled in (True, False):
+        subset = [m for m in marks if m["k_known"] == filled]
         if subset:
             layers.append(alt.Chart(pl.DataFrame(subset)).mark_point(filled=filled, size=110, strokeWidth=2).encode(
                 x=x, y=y, color="model:N", shape=alt.Shape("series:N", title="source / variant"),

@@ -323,14 +323,14 @@ def spec_unavailable_reason(spec: str) -> str | None:
 def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None,
         resume: bool = False) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
-    world = data_parallel_size(settings["device"])
+    world, device_type = data_parallel_size(settings["device"]), torch_device(settings["device"]).type
     ctx = None
     if world > 1 and not spec_unavailable_reason(settings["device"]):
         from gpuscale import distributed
 
-        ctx = distributed.setup(torch_device(settings["device"]).type, world)
+        ctx = distributed.setup(device_type, world)
     try:
-        with variants.compile_cache(settings["variant_knobs"], torch_device(settings["device"]).type) as cache:
+        with variants.compile_cache(settings["variant_knobs"], device_type) as cache:
             return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
         if ctx is not None:
