@@ -13,6 +13,11 @@ from gpuscale import record
 
 PARAMS = {"simplecnn": 554_474, "resnet18": 11_181_642, "resnet50": 23_528_522}
 FLOPS = {"simplecnn": 62_900_000, "resnet18": 217_300_000, "resnet50": 495_800_000}
+# a study's speedups and CPU seconds per epoch, near the paper's
+SPEEDUPS = {"simplecnn": 2.0, "resnet18": 7.5, "resnet50": 40.0}
+CPU_EPOCH = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
+# a loader-bound GPU: its epochs stay near 8 s whatever the CPU takes, so an Amdahl fit finds s but not k
+LOADER_BOUND_GPU_EPOCH = {"simplecnn": 9.6, "resnet18": 6.9, "resnet50": 8.5}
 
 
 def make(model: str, device: str, epoch_seconds: list[float], accuracy: float = 0.5, seed: int = 0,
@@ -78,6 +83,11 @@ def study(root: Path, speedups: dict[str, float], cpu_epoch: dict[str, float], a
             gpu_kwargs.update(started="2026-01-01T00:02:00+00:00", finished="2026-01-01T00:03:00+00:00")
         paths.append(write(root, make(model, "cuda", [cpu / speedup] * 2, accuracy=0.6 + accuracy_gap, **gpu_kwargs)))
     return paths
+
+
+def loader_bound_study(root: Path) -> list[Path]:
+    """`study` with the GPU epochs of LOADER_BOUND_GPU_EPOCH."""
+    return study(root, {m: CPU_EPOCH[m] / gpu for m, gpu in LOADER_BOUND_GPU_EPOCH.items()}, CPU_EPOCH)
 
 
 def clone(rec: dict, **changes) -> dict:

@@ -11,8 +11,7 @@ def run(tmp_path, paths, reference=(), **kwargs):
     return aggregate.run(paths, list(reference), tmp_path / "tables", tmp_path / "metrics.json", 0.02, **kwargs)
 
 
-SPEEDUPS = {"simplecnn": 2.0, "resnet18": 7.5, "resnet50": 40.0}
-CPU = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
+SPEEDUPS, CPU = records.SPEEDUPS, records.CPU_EPOCH
 
 
 def test_speedups_and_accuracy_differences_have_known_values(tmp_path):
@@ -76,9 +75,7 @@ def test_fits_need_three_models_and_then_recover_the_exponent(tmp_path):
 
 
 def test_an_amdahl_fit_with_an_undetermined_k_says_so_in_the_fits_table(tmp_path):
-    # GPU epochs near 8 s whatever the CPU takes (a loader-bound GPU): s is clear, k is not
-    gpu = {"simplecnn": 9.6, "resnet18": 6.9, "resnet50": 8.5}
-    paths = records.study(tmp_path / "runs", {m: CPU[m] / gpu[m] for m in gpu}, CPU)
+    paths = records.loader_bound_study(tmp_path / "runs")  # s is clear, k is not
     fits = run(tmp_path, paths)["fits"].filter((pl.col("source") == "this host") & pl.col("fit").str.starts_with("T_gpu"))
     row = fits.row(0, named=True)
     assert row["ok"] and row["estimate_se"] > row["estimate"] and "k undetermined" in row["note"]
