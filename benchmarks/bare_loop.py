@@ -51,8 +51,13 @@ def main() -> None:
     images = np.load(f"{args.data}/train_images.npy", mmap_mode="r")
     labels = np.load(f"{args.data}/train_labels.npy")
     transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
-    loader = torch.utils.data.DataLoader(Images(images, labels, transform), batch_size=args.batch_size, shuffle=True,
-                                         num_workers=args.workers, pin_memory=device.type == "cuda")
+    loader = torch.utils.data.DataLoader(
+        Images(images, labels, transform),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+    )
     model = getattr(torchvision.models, args.model)(num_classes=10).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()

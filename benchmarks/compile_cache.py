@@ -33,8 +33,13 @@ def main() -> None:
         tmp = Path(tmp)
         config = params.load([REPO / "params.yaml"])
         data.prepare({**config["data"], "source": "synthetic", "train_size": 2000, "test_size": 200}, tmp / "prepared")
-        config["train"].update(epochs=3, batch_size=100, eval_batch_size=100, phase_profile_steps=0,
-                               loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+        config["train"].update(
+            epochs=3,
+            batch_size=100,
+            eval_batch_size=100,
+            phase_profile_steps=0,
+            loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False},
+        )
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / "shared-cache"), "PYTHONPATH": str(REPO / "src")}
         env.pop("TRITON_CACHE_DIR", None)
         print(f"{'cache':16s} {'files at start':>14s} {'warm-up epoch s':>16s} {'steady epoch s':>15s}")
@@ -43,15 +48,23 @@ def main() -> None:
             settings = params.run_settings(config, args.model, args.device, "bench", 0)
             settings_file, out = tmp / "settings.json", tmp / f"{policy}.json"
             settings_file.write_text(json.dumps(settings))
-            code = ("import json, sys; from pathlib import Path; from gpuscale import train; "
-                    "train.run(json.load(open(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]), "
-                    f"threads={args.threads!r})")
-            subprocess.run([sys.executable, "-c", code, settings_file, tmp / "prepared", out], env=env, check=True,
-                           stderr=subprocess.DEVNULL)
+            code = (
+                "import json, sys; from pathlib import Path; from gpuscale import train; "
+                "train.run(json.load(open(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]), "
+                f"threads={args.threads!r})"
+            )
+            subprocess.run(
+                [sys.executable, "-c", code, settings_file, tmp / "prepared", out],
+                env=env,
+                check=True,
+                stderr=subprocess.DEVNULL,
+            )
             rec = json.loads(out.read_text())
             effective, timing = rec["variant"]["effective"], rec["timing"]
-            print(f"{name:16s} {effective['compile_cache_files_at_start']:14d} {timing['warmup_epoch_seconds']:16.2f} "
-                  f"{timing['steady_epoch_seconds_median']:15.2f}")
+            print(
+                f"{name:16s} {effective['compile_cache_files_at_start']:14d} {timing['warmup_epoch_seconds']:16.2f} "
+                f"{timing['steady_epoch_seconds_median']:15.2f}"
+            )
 
 
 if __name__ == "__main__":

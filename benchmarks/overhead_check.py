@@ -49,8 +49,11 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--pairs", default=None,
-                        help="comma-separated loader/loop pairs to run, e.g. gpuscale/gpuscale,bare/bare (default all)")
+    parser.add_argument(
+        "--pairs",
+        default=None,
+        help="comma-separated loader/loop pairs to run, e.g. gpuscale/gpuscale,bare/bare (default all)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -60,20 +63,37 @@ def main() -> None:
     tf = paper_transforms(settings)[0]
     labels = np.load(f"{args.data}/train_labels.npy")
     images = np.load(f"{args.data}/train_images.npy", mmap_mode="r")
-    loaders["bare"] = torch.utils.data.DataLoader(bare_loop.Images(images, labels, tf), batch_size=128, shuffle=True,
-                                                  num_workers=2, pin_memory=device.type == "cuda")
+    loaders["bare"] = torch.utils.data.DataLoader(
+        bare_loop.Images(images, labels, tf),
+        batch_size=128,
+        shuffle=True,
+        num_workers=2,
+        pin_memory=device.type == "cuda",
+    )
     loops = {"gpuscale": gpuscale_epoch, "bare": bare_epoch}
     model = getattr(torchvision.models, args.model)(num_classes=10).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
     bare_epoch(model, loaders["bare"], device, criterion, optimizer)  # warm-up
-    pairs = ([tuple(pair.split("/")) for pair in args.pairs.split(",")] if args.pairs
-             else list(itertools.product(loaders, loops)))
+    pairs = (
+        [tuple(pair.split("/")) for pair in args.pairs.split(",")]
+        if args.pairs
+        else list(itertools.product(loaders, loops))
+    )
     for _ in range(args.rounds):
         for loader_name, loop_name in pairs:
             seconds = loops[loop_name](model, loaders[loader_name], device, criterion, optimizer)
-            print(json.dumps({"loader": loader_name, "loop": loop_name, "seconds": round(seconds, 3),
-                              "images_per_second": round(len(dataset.train_labels) / seconds)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "loader": loader_name,
+                        "loop": loop_name,
+                        "seconds": round(seconds, 3),
+                        "images_per_second": round(len(dataset.train_labels) / seconds),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ def run(argv, cwd, check=True, **kwargs) -> subprocess.CompletedProcess:
 
 
 def project_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in out.splitlines() if line and ((REPO / line).exists() or (REPO / line).is_symlink())]
 
 
@@ -50,8 +55,11 @@ def copy_project(dest: Path, git: bool = False) -> Path:
         else:
             shutil.copy2(src, dst)
     if git:
-        for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
-                     ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+        for argv in (
+            ["git", "init", "-q", "-b", "main"],
+            ["git", "add", "-A"],
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"],
+        ):
             subprocess.run(argv, cwd=dest, check=True, capture_output=True)
     return dest
 
@@ -64,8 +72,13 @@ def write_yaml(path: Path, value: dict) -> Path:
 TINY = {
     "study": {"models": ["simplecnn"], "devices": ["cpu"], "label": "test run"},
     "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
-    "train": {"epochs": 2, "batch_size": 32, "eval_batch_size": 64, "log_every_steps": 2,
-              "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False}},
+    "train": {
+        "epochs": 2,
+        "batch_size": 32,
+        "eval_batch_size": 64,
+        "log_every_steps": 2,
+        "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False},
+    },
 }
 
 
@@ -75,9 +88,20 @@ def prepared(tmp_path_factory) -> Path:
     from gpuscale import data
 
     out = tmp_path_factory.mktemp("prepared")
-    data.prepare({"source": "synthetic", "path": None, "url": "http://x.invalid/a", "md5": "0" * 32,
-                  "train_size": 200, "test_size": 60, "subset_seed": 0, "download_timeout_seconds": 1,
-                  "download_retries": 0}, out)
+    data.prepare(
+        {
+            "source": "synthetic",
+            "path": None,
+            "url": "http://x.invalid/a",
+            "md5": "0" * 32,
+            "train_size": 200,
+            "test_size": 60,
+            "subset_seed": 0,
+            "download_timeout_seconds": 1,
+            "download_retries": 0,
+        },
+        out,
+    )
     return out
 
 

@@ -20,43 +20,102 @@ CPU_EPOCH = {"simplecnn": 12.0, "resnet18": 45.0, "resnet50": 500.0}
 LOADER_BOUND_GPU_EPOCH = {"simplecnn": 9.6, "resnet18": 6.9, "resnet50": 8.5}
 
 
-def make(model: str, device: str, epoch_seconds: list[float], accuracy: float = 0.5, seed: int = 0,
-         variant: str = "paper", host: str = "testhost", started: str = "2026-01-01T00:00:00+00:00",
-         finished: str = "2026-01-01T00:01:00+00:00", synthetic: bool = False, label: str = "hand-written test record",
-         status: str = "measured") -> dict:
+def make(
+    model: str,
+    device: str,
+    epoch_seconds: list[float],
+    accuracy: float = 0.5,
+    seed: int = 0,
+    variant: str = "paper",
+    host: str = "testhost",
+    started: str = "2026-01-01T00:00:00+00:00",
+    finished: str = "2026-01-01T00:01:00+00:00",
+    synthetic: bool = False,
+    label: str = "hand-written test record",
+    status: str = "measured",
+) -> dict:
     images = 1000
-    epochs = [
-        {"epoch": i + 1, "warmup": i == 0, "train_seconds": s, "eval_seconds": 0.1, "train_images": images,
-         "steps": 8, "images_per_second": images / s, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0,
-         "test_accuracy": accuracy, "learning_rate": 0.001}
-        for i, s in enumerate(epoch_seconds)
-    ] if status == "measured" else []
+    epochs = (
+        [
+            {
+                "epoch": i + 1,
+                "warmup": i == 0,
+                "train_seconds": s,
+                "eval_seconds": 0.1,
+                "train_images": images,
+                "steps": 8,
+                "images_per_second": images / s,
+                "train_loss": 1.0,
+                "train_accuracy": 0.5,
+                "test_loss": 1.0,
+                "test_accuracy": accuracy,
+                "learning_rate": 0.001,
+            }
+            for i, s in enumerate(epoch_seconds)
+        ]
+        if status == "measured"
+        else []
+    )
     total = sum(epoch_seconds)
     steady = epoch_seconds[1:]
     gpu = {"index": 0, "name": "Test GPU", "driver_version": "1.0"} if device != "cpu" else None
     return {
-        "schema_version": record.SCHEMA_VERSION, "kind": record.KIND, "status": status,
+        "schema_version": record.SCHEMA_VERSION,
+        "kind": record.KIND,
+        "status": status,
         "not_measured_reason": None if status == "measured" else "no CUDA GPU on this host (test)",
         "key": {"model": model, "device": device, "variant": variant, "seed": seed},
         "label": label,
         "settings": {"train": {"epochs": len(epoch_seconds), "batch_size": 128}},
-        "model": {"name": model, "description": "test", "parameters": PARAMS[model],
-                  "forward_flops_per_image": FLOPS[model] // 3, "train_flops_per_image": FLOPS[model]},
-        "data": {"source": "synthetic" if synthetic else "cifar10", "synthetic": synthetic, "manifest_sha256": "a" * 64,
-                 "train_images": images, "test_images": 100, "classes": [str(i) for i in range(10)]},
-        "environment": {"host": host, "host_fingerprint": "f" * 16, "cpu_model": "Test CPU", "cpu_logical_cores": 8,
-                        "torch_threads": 8, "gpu": gpu, "torch_version": "2.14.1", "torchvision_version": "0.29.1",
-                        "cuda_version": None, "cudnn_version": None, "git": {"commit": "0" * 40}},
-        "timing": {"clock": "test", "total_train_seconds": total, "warmup_epoch_seconds": epoch_seconds[0],
-                   "steady_epoch_seconds_mean": sum(steady) / len(steady) if steady else None,
-                   "steady_epoch_seconds_median": sorted(steady)[len(steady) // 2] if steady else None,
-                   "total_eval_seconds": 0.1 * len(epoch_seconds), "train_images_per_second": images * len(epoch_seconds) / total,
-                   "steady_images_per_second": images * len(steady) / sum(steady) if steady else None,
-                   "setup_seconds": 1.0, "wall_seconds": total + 2, "extrapolated": False} if status == "measured" else None,
+        "model": {
+            "name": model,
+            "description": "test",
+            "parameters": PARAMS[model],
+            "forward_flops_per_image": FLOPS[model] // 3,
+            "train_flops_per_image": FLOPS[model],
+        },
+        "data": {
+            "source": "synthetic" if synthetic else "cifar10",
+            "synthetic": synthetic,
+            "manifest_sha256": "a" * 64,
+            "train_images": images,
+            "test_images": 100,
+            "classes": [str(i) for i in range(10)],
+        },
+        "environment": {
+            "host": host,
+            "host_fingerprint": "f" * 16,
+            "cpu_model": "Test CPU",
+            "cpu_logical_cores": 8,
+            "torch_threads": 8,
+            "gpu": gpu,
+            "torch_version": "2.14.1",
+            "torchvision_version": "0.29.1",
+            "cuda_version": None,
+            "cudnn_version": None,
+            "git": {"commit": "0" * 40},
+        },
+        "timing": {
+            "clock": "test",
+            "total_train_seconds": total,
+            "warmup_epoch_seconds": epoch_seconds[0],
+            "steady_epoch_seconds_mean": sum(steady) / len(steady) if steady else None,
+            "steady_epoch_seconds_median": sorted(steady)[len(steady) // 2] if steady else None,
+            "total_eval_seconds": 0.1 * len(epoch_seconds),
+            "train_images_per_second": images * len(epoch_seconds) / total,
+            "steady_images_per_second": images * len(steady) / sum(steady) if steady else None,
+            "setup_seconds": 1.0,
+            "wall_seconds": total + 2,
+            "extrapolated": False,
+        }
+        if status == "measured"
+        else None,
         "epochs": epochs,
         "quality": {"final_test_accuracy": accuracy, "final_test_loss": 1.0, "best_test_accuracy": accuracy}
-        if status == "measured" else None,
-        "started_at": started, "finished_at": finished,
+        if status == "measured"
+        else None,
+        "started_at": started,
+        "finished_at": finished,
         "process": {"pid": 1, "argv": ["test"], "resumed": False},
     }
 
@@ -71,8 +130,9 @@ def write(root: Path, rec: dict) -> Path:
     return path
 
 
-def study(root: Path, speedups: dict[str, float], cpu_epoch: dict[str, float], accuracy_gap: float = 0.0,
-          **kwargs) -> list[Path]:
+def study(
+    root: Path, speedups: dict[str, float], cpu_epoch: dict[str, float], accuracy_gap: float = 0.0, **kwargs
+) -> list[Path]:
     """CPU and GPU records per model, two epochs each, with the given speedups (CPU/GPU seconds per epoch)."""
     paths = []
     for model, speedup in speedups.items():

@@ -43,8 +43,10 @@ def test_gpu_not_measured_keeps_the_cpu_side_and_the_reason(tmp_path):
 
 
 def test_seeds_are_summarised_by_the_median(tmp_path):
-    paths = [records.write(tmp_path / "runs", records.make("simplecnn", "cpu", [s, s], seed=i))
-             for i, s in enumerate([10.0, 12.0, 30.0])]
+    paths = [
+        records.write(tmp_path / "runs", records.make("simplecnn", "cpu", [s, s], seed=i))
+        for i, s in enumerate([10.0, 12.0, 30.0])
+    ]
     paths.append(records.write(tmp_path / "runs", records.make("simplecnn", "cuda", [2.0, 2.0])))
     row = run(tmp_path, paths)["speedup"].row(0, named=True)
     assert row["speedup"] == pytest.approx(6.0) and row["cpu_seeds"] == 3
@@ -69,14 +71,18 @@ def test_fits_need_three_models_and_then_recover_the_exponent(tmp_path):
     exponent = 0.5
     speedups = {m: (p / 1e5) ** exponent for m, p in records.PARAMS.items()}
     three = records.study(tmp_path / "b", speedups, CPU)
-    fits = run(tmp_path, three)["fits"].filter((pl.col("source") == "this host") & pl.col("fit").str.contains("parameters"))
+    fits = run(tmp_path, three)["fits"].filter(
+        (pl.col("source") == "this host") & pl.col("fit").str.contains("parameters")
+    )
     assert fits["ok"].to_list() == [True]
     assert fits["estimate"][0] == pytest.approx(exponent)
 
 
 def test_an_amdahl_fit_with_an_undetermined_k_says_so_in_the_fits_table(tmp_path):
     paths = records.loader_bound_study(tmp_path / "runs")  # s is clear, k is not
-    fits = run(tmp_path, paths)["fits"].filter((pl.col("source") == "this host") & pl.col("fit").str.starts_with("T_gpu"))
+    fits = run(tmp_path, paths)["fits"].filter(
+        (pl.col("source") == "this host") & pl.col("fit").str.starts_with("T_gpu")
+    )
     row = fits.row(0, named=True)
     assert row["ok"] and row["estimate_se"] > row["estimate"] and "k undetermined" in row["note"]
 
@@ -113,10 +119,18 @@ def test_two_records_for_one_key_are_an_error(tmp_path):
 
 
 def test_overlapping_timing_runs_on_one_host_are_found(tmp_path):
-    a = records.write(tmp_path / "r", records.make("resnet18", "cpu", [1.0], started="2026-01-01T00:00:00+00:00",
-                                                  finished="2026-01-01T00:10:00+00:00"))
-    b = records.write(tmp_path / "r", records.make("resnet18", "cuda", [1.0], started="2026-01-01T00:05:00+00:00",
-                                                  finished="2026-01-01T00:06:00+00:00"))
+    a = records.write(
+        tmp_path / "r",
+        records.make(
+            "resnet18", "cpu", [1.0], started="2026-01-01T00:00:00+00:00", finished="2026-01-01T00:10:00+00:00"
+        ),
+    )
+    b = records.write(
+        tmp_path / "r",
+        records.make(
+            "resnet18", "cuda", [1.0], started="2026-01-01T00:05:00+00:00", finished="2026-01-01T00:06:00+00:00"
+        ),
+    )
     found = run(tmp_path, [a, b])["overlapping_runs"]
     assert len(found) == 1 and "resnet18/cpu/paper/seed0" in found[0]["runs"]
 
@@ -137,10 +151,19 @@ def test_bootstrap_interval_over_seeds_brackets_the_speedup(tmp_path):
 def test_phase_shares_become_seconds_of_a_steady_epoch(tmp_path):
     rec = records.make("simplecnn", "cuda", [3.0, 2.0, 2.0])
     rec["phase_profile"] = {
-        "steps": 10, "clock": "test", "phase_sum_seconds_per_step": 0.01, "instrumented_step_seconds": 0.011,
-        "clean_step_seconds": 0.01, "overhead_fraction": 0.1,
-        "phase_seconds_per_step": {"data_wait": 0.004, "host_to_device": 0.001, "forward": 0.002,
-                                   "backward": 0.002, "optimizer": 0.001},
+        "steps": 10,
+        "clock": "test",
+        "phase_sum_seconds_per_step": 0.01,
+        "instrumented_step_seconds": 0.011,
+        "clean_step_seconds": 0.01,
+        "overhead_fraction": 0.1,
+        "phase_seconds_per_step": {
+            "data_wait": 0.004,
+            "host_to_device": 0.001,
+            "forward": 0.002,
+            "backward": 0.002,
+            "optimizer": 0.001,
+        },
         "phase_fractions": {"data_wait": 0.4, "host_to_device": 0.1, "forward": 0.2, "backward": 0.2, "optimizer": 0.1},
     }
     rec["schema_version"] = 2
@@ -151,10 +174,12 @@ def test_phase_shares_become_seconds_of_a_steady_epoch(tmp_path):
 
 
 def test_variant_gains_split_hardware_from_usage(tmp_path):
-    paths = [records.write(tmp_path / "r", records.make("resnet18", "cpu", [40.0, 40.0])),
-             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0])),
-             records.write(tmp_path / "r", records.make("resnet18", "cpu", [20.0, 20.0], variant="tuned")),
-             records.write(tmp_path / "r", records.make("resnet18", "cuda", [1.0, 1.0], variant="tuned"))]
+    paths = [
+        records.write(tmp_path / "r", records.make("resnet18", "cpu", [40.0, 40.0])),
+        records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0])),
+        records.write(tmp_path / "r", records.make("resnet18", "cpu", [20.0, 20.0], variant="tuned")),
+        records.write(tmp_path / "r", records.make("resnet18", "cuda", [1.0, 1.0], variant="tuned")),
+    ]
     out = run(tmp_path, paths)
     gains = {r["device"]: r["gain"] for r in out["gains"].iter_rows(named=True)}
     assert gains == {"cpu": pytest.approx(2.0), "cuda": pytest.approx(4.0)}
@@ -163,8 +188,10 @@ def test_variant_gains_split_hardware_from_usage(tmp_path):
 
 
 def test_compiled_variant_gain_is_told_apart_over_the_run_and_after_the_first_epoch(tmp_path):
-    paths = [records.write(tmp_path / "r", records.make("resnet50", "cuda", [10.0, 10.0, 10.0])),
-             records.write(tmp_path / "r", records.make("resnet50", "cuda", [25.0, 2.5, 2.5], variant="tuned"))]
+    paths = [
+        records.write(tmp_path / "r", records.make("resnet50", "cuda", [10.0, 10.0, 10.0])),
+        records.write(tmp_path / "r", records.make("resnet50", "cuda", [25.0, 2.5, 2.5], variant="tuned")),
+    ]
     row = run(tmp_path, paths)["gains"].row(0, named=True)
     assert row["gain"] == pytest.approx(1.0) and row["steady_gain"] == pytest.approx(4.0)
 
@@ -187,8 +214,10 @@ def test_sampling_table_checks_the_sampled_protocol_on_full_runs(tmp_path):
 def test_sampled_runs_get_no_accuracy_parity(tmp_path):
     cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3)
     cpu["timing"]["extrapolated"] = True
-    paths = [records.write(tmp_path / "r", cpu),
-             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8))]
+    paths = [
+        records.write(tmp_path / "r", cpu),
+        records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8)),
+    ]
     row = run(tmp_path, paths)["speedup"].row(0, named=True)
     assert row["extrapolated"] and row["accuracy_difference"] is None and row["accuracy_parity"] is None
     assert row["speedup"] == pytest.approx(10.0)
@@ -200,8 +229,10 @@ def test_headline_shows_a_sampled_runs_accuracy_as_such(tmp_path):
 
     cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3125)
     cpu["timing"]["extrapolated"] = True
-    paths = [records.write(tmp_path / "r", cpu),
-             records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8125))]
+    paths = [
+        records.write(tmp_path / "r", cpu),
+        records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8125)),
+    ]
     html = report.headline(run(tmp_path, paths)["speedup"])
     assert "(31.25% after a sampled run)" in html  # the CPU's, labelled
     assert "81.25%" in html and "(81.25% after" not in html  # the full GPU run's, as it is
@@ -229,10 +260,13 @@ def test_headline_puts_the_papers_row_first_within_each_model(tmp_path):
     """resnet18 as built here has fewer parameters than the paper's, which once sorted the paper's row last."""
     from gpuscale import report
 
-    paths = [records.write(tmp_path / "r", records.make("resnet18", device, seconds, variant=variant))
-             for variant in ("tuned", "paper") for device, seconds in (("cpu", [40.0, 40.0]), ("cuda", [4.0, 4.0]))]
+    paths = [
+        records.write(tmp_path / "r", records.make("resnet18", device, seconds, variant=variant))
+        for variant in ("tuned", "paper")
+        for device, seconds in (("cpu", [40.0, 40.0]), ("cuda", [4.0, 4.0]))
+    ]
     html = report.headline(run(tmp_path, paths)["speedup"])
     order = [html.index(">simplecnn<"), html.index(">resnet18<"), html.index(">resnet50<")]
     assert order == sorted(order)  # the paper's model order
-    group = html[order[1]:order[2]]
+    group = html[order[1] : order[2]]
     assert group.index(">paper (as published)<") < group.index(">paper<") < group.index(">tuned<")

@@ -67,8 +67,12 @@ def test_compare_predictors_names_the_better_fit():
     size = np.geomspace(1e5, 1e8, 6)
     flops = size * np.array([1, 5, 0.5, 3, 0.2, 2])
     speedup = flops**0.4
-    verdict = analysis.compare_predictors({"parameters": analysis.scaling_fit(size, speedup),
-                                           "training FLOPs per image": analysis.scaling_fit(flops, speedup)})
+    verdict = analysis.compare_predictors(
+        {
+            "parameters": analysis.scaling_fit(size, speedup),
+            "training FLOPs per image": analysis.scaling_fit(flops, speedup),
+        }
+    )
     assert verdict.startswith("Speedup follows training FLOPs per image")
 
 

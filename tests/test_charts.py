@@ -7,21 +7,30 @@ SPEEDUPS, CPU = records.SPEEDUPS, records.CPU_EPOCH
 
 
 def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
-    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0, "resnet50": 12.0},
-                          {"simplecnn": 10.0, "resnet18": 40.0, "resnet50": 100.0})
+    paths = records.study(
+        tmp_path / "runs",
+        {"simplecnn": 2.0, "resnet18": 6.0, "resnet50": 12.0},
+        {"simplecnn": 10.0, "resnet18": 40.0, "resnet50": 100.0},
+    )
     out = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
-    speedup = out["speedup"].vstack(out["speedup"].head(1).with_columns(
-        pl.lit("resnet152").alias("model"), pl.lit(10**9, dtype=pl.Int64).alias("train_flops_per_image"),
-        pl.lit(None, dtype=pl.Float64).alias("speedup")))
-    lines = charts._fit_lines(speedup, out["fits"], "train_flops_per_image",
-                              "log speedup ~ log training FLOPs per image")
+    speedup = out["speedup"].vstack(
+        out["speedup"]
+        .head(1)
+        .with_columns(
+            pl.lit("resnet152").alias("model"),
+            pl.lit(10**9, dtype=pl.Int64).alias("train_flops_per_image"),
+            pl.lit(None, dtype=pl.Float64).alias("speedup"),
+        )
+    )
+    lines = charts._fit_lines(
+        speedup, out["fits"], "train_flops_per_image", "log speedup ~ log training FLOPs per image"
+    )
     assert not lines.is_empty()
     assert lines["train_flops_per_image"].max() <= max(records.FLOPS.values()) * 1.000001
 
 
 def test_too_few_models_draw_no_fit_for_that_source(tmp_path):
-    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0},
-                          {"simplecnn": 10.0, "resnet18": 40.0})
+    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 6.0}, {"simplecnn": 10.0, "resnet18": 40.0})
     aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     built = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)
     amdahl = str(built["amdahl"].to_dict())
@@ -35,8 +44,9 @@ def test_amdahl_markers_are_hollow_where_k_is_undetermined(tmp_path):
     aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     spec = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["amdahl"].to_dict()
     points = [layer for layer in spec["layer"] if layer["mark"]["type"] == "point"]
-    by_fill = {layer["mark"]["filled"]: {row["series"] for row in spec["datasets"][layer["data"]["name"]]}
-               for layer in points}
+    by_fill = {
+        layer["mark"]["filled"]: {row["series"] for row in spec["datasets"][layer["data"]["name"]]} for layer in points
+    }
     assert by_fill == {True: {"paper: RTX 3050 vs i9-14900K / paper"}, False: {"this host / paper"}}
 
 
@@ -63,12 +73,17 @@ def test_charts_with_nothing_measured_say_so(tmp_path):
 
 
 def test_accuracy_chart_leaves_sampled_pairs_out_and_says_so(tmp_path):
-    full = [records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], accuracy=0.75))
-            for device in ("cpu", "cuda")]
+    full = [
+        records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], accuracy=0.75))
+        for device in ("cpu", "cuda")
+    ]
     sampled_cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3)
     sampled_cpu["timing"]["extrapolated"] = True
-    paths = [*full, records.write(tmp_path / "runs", sampled_cpu),
-             records.write(tmp_path / "runs", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8))]
+    paths = [
+        *full,
+        records.write(tmp_path / "runs", sampled_cpu),
+        records.write(tmp_path / "runs", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8)),
+    ]
     aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     spec = charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["accuracy"].to_dict()
     drawn = [row["model"] for dataset in spec["datasets"].values() for row in dataset if "model" in row]
@@ -77,8 +92,10 @@ def test_accuracy_chart_leaves_sampled_pairs_out_and_says_so(tmp_path):
 
 
 def test_accuracy_chart_still_flags_synthetic_data(tmp_path):
-    paths = [records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], synthetic=True))
-             for device in ("cpu", "cuda")]
+    paths = [
+        records.write(tmp_path / "runs", records.make("simplecnn", device, [10.0, 10.0], synthetic=True))
+        for device in ("cpu", "cuda")
+    ]
     aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     title = str(charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["accuracy"].to_dict()["title"])
     assert "SYNTHETIC DATA" in title

@@ -12,9 +12,18 @@ from gpuscale.data import DataError
 
 
 def settings(**overrides) -> dict:
-    base = {"source": "synthetic", "path": None, "url": "http://example.invalid/cifar-10-binary.tar.gz",
-            "md5": "0" * 32, "train_size": None, "test_size": None, "subset_seed": 0,
-            "download_timeout_seconds": 5, "download_retries": 0, "image_mode": "strict"}
+    base = {
+        "source": "synthetic",
+        "path": None,
+        "url": "http://example.invalid/cifar-10-binary.tar.gz",
+        "md5": "0" * 32,
+        "train_size": None,
+        "test_size": None,
+        "subset_seed": 0,
+        "download_timeout_seconds": 5,
+        "download_retries": 0,
+        "image_mode": "strict",
+    }
     return {**base, **overrides}
 
 
@@ -155,8 +164,9 @@ def test_stratified_subset_keeps_classes_balanced():
 
 def test_subset_applied_to_real_source(tmp_path):
     archive, _, _ = cifar_archive(tmp_path / "a.tar.gz", per_batch=40)
-    manifest = data.prepare(settings(source="cifar10", path=str(archive), md5=md5(archive), train_size=50, test_size=20),
-                            tmp_path / "out")
+    manifest = data.prepare(
+        settings(source="cifar10", path=str(archive), md5=md5(archive), train_size=50, test_size=20), tmp_path / "out"
+    )
     assert manifest["counts"]["train"]["total"] == 50
     assert set(manifest["counts"]["test"]["per_class"].values()) == {2}
 

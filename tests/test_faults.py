@@ -21,9 +21,18 @@ from gpuscale.data import DataError
 
 
 def settings(**overrides) -> dict:
-    base = {"source": "imagefolder", "path": None, "url": "http://example.invalid/x.tar.gz", "md5": "0" * 32,
-            "train_size": None, "test_size": None, "subset_seed": 0, "download_timeout_seconds": 5,
-            "download_retries": 0, "image_mode": "strict"}
+    base = {
+        "source": "imagefolder",
+        "path": None,
+        "url": "http://example.invalid/x.tar.gz",
+        "md5": "0" * 32,
+        "train_size": None,
+        "test_size": None,
+        "subset_seed": 0,
+        "download_timeout_seconds": 5,
+        "download_retries": 0,
+        "image_mode": "strict",
+    }
     return {**base, **overrides}
 
 
@@ -64,7 +73,7 @@ def test_zip_symlink_member_is_refused(tmp_path):
     archive = good_zip(tmp_path / "a.zip")
     with zipfile.ZipFile(archive, "a") as z:
         info = zipfile.ZipInfo("train/cat/link.png")
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         z.writestr(info, "/etc/passwd")
     prepare_fails(tmp_path, "symbolic link", path=str(archive))
 
@@ -142,16 +151,60 @@ def test_no_pickle_is_loaded_anywhere():
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_killed_training_leaves_no_record_that_looks_finished(tmp_path, sig):
     """A signal in the middle of an epoch: no record, no partial file where the record would be."""
-    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "data": {"source": "synthetic", "train_size": 4000, "test_size": 50},
-                                                "train": {**TINY["train"], "epochs": 50, "log_every_steps": 5}})
-    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
-                    str(overlay), "--out", str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+    overlay = write_yaml(
+        tmp_path / "o.yaml",
+        {
+            **TINY,
+            "data": {"source": "synthetic", "train_size": 4000, "test_size": 50},
+            "train": {**TINY["train"], "epochs": 50, "log_every_steps": 5},
+        },
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "data",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--params",
+            str(overlay),
+            "--out",
+            str(tmp_path / "prepared"),
+        ],
+        check=True,
+        env=tool_env(),
+        capture_output=True,
+    )
     out = tmp_path / "runs" / "record.json"
     log = tmp_path / "train.log"
-    proc = subprocess.Popen([sys.executable, "-m", "gpuscale", "train", "--params", str(REPO / "params.yaml"),
-                             "--params", str(overlay), "--model", "simplecnn", "--device", "cpu", "--threads", "1",
-                             "--data", str(tmp_path / "prepared"), "--out", str(out), "--log", str(log)],
-                            env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "train",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--params",
+            str(overlay),
+            "--model",
+            "simplecnn",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--data",
+            str(tmp_path / "prepared"),
+            "--out",
+            str(out),
+            "--log",
+            str(log),
+        ],
+        env=tool_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "step 10/" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.2)
@@ -229,24 +282,61 @@ def test_killed_run_resumes_from_its_last_epoch_and_the_record_says_who_timed_wh
     """runtime.resume: a real training process is killed after its second epoch; the next run continues from the
     checkpoint. Deterministic mode: the resumed run's losses equal an uninterrupted run's, so the state (weights,
     optimizer, scheduler, random generators) came back whole; each epoch keeps the time its own process measured."""
-    base = {**TINY, "data": {"source": "synthetic", "train_size": 1280, "test_size": 50},
-            "train": {**TINY["train"], "epochs": 4, "deterministic": True, "log_every_steps": 100}}
+    base = {
+        **TINY,
+        "data": {"source": "synthetic", "train_size": 1280, "test_size": 50},
+        "train": {**TINY["train"], "epochs": 4, "deterministic": True, "log_every_steps": 100},
+    }
     plain = write_yaml(tmp_path / "plain.yaml", base)
     resumable = write_yaml(tmp_path / "resume.yaml", {**base, "runtime": {"resume": True}})
     params = ["--params", str(REPO / "params.yaml")]
-    subprocess.run([sys.executable, "-m", "gpuscale", "data", *params, "--params", str(plain), "--out",
-                    str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "data",
+            *params,
+            "--params",
+            str(plain),
+            "--out",
+            str(tmp_path / "prepared"),
+        ],
+        check=True,
+        env=tool_env(),
+        capture_output=True,
+    )
 
     def train(overlay, out, log):
-        return [sys.executable, "-m", "gpuscale", "train", *params, "--params", str(overlay), "--model", "simplecnn",
-                "--device", "cpu", "--threads", "1", "--data", str(tmp_path / "prepared"), "--out", str(out),
-                "--log", str(log)]
+        return [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "train",
+            *params,
+            "--params",
+            str(overlay),
+            "--model",
+            "simplecnn",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--data",
+            str(tmp_path / "prepared"),
+            "--out",
+            str(out),
+            "--log",
+            str(log),
+        ]
 
-    subprocess.run(train(plain, tmp_path / "whole.json", tmp_path / "whole.log"), check=True, env=tool_env(),
-                   capture_output=True)
+    subprocess.run(
+        train(plain, tmp_path / "whole.json", tmp_path / "whole.log"), check=True, env=tool_env(), capture_output=True
+    )
     out, log = tmp_path / "runs" / "r.json", tmp_path / "first.log"
-    proc = subprocess.Popen(train(resumable, out, log), env=tool_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        train(resumable, out, log), env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     ckpt = checkpoint.path_for(out)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "epoch 2/4 done" not in (log.read_text() if log.exists() else ""):
@@ -260,8 +350,9 @@ def test_killed_run_resumes_from_its_last_epoch_and_the_record_says_who_timed_wh
     done_before_kill = checkpoint.read_meta(ckpt)["segments"][0]["epochs"]
     assert done_before_kill in ([1], [1, 2], [1, 2, 3])  # the checkpoint of epoch 2 may still have been in writing
 
-    second = subprocess.run(train(resumable, out, tmp_path / "second.log"), env=tool_env(), capture_output=True,
-                            text=True, check=False)
+    second = subprocess.run(
+        train(resumable, out, tmp_path / "second.log"), env=tool_env(), capture_output=True, text=True, check=False
+    )
     assert second.returncode == 0, second.stderr
     rec, whole = record.load(out), record.load(tmp_path / "whole.json")
     assert not ckpt.exists()  # removed once the record is written
@@ -278,20 +369,51 @@ def test_killed_run_resumes_from_its_last_epoch_and_the_record_says_who_timed_wh
 
 
 def test_a_checkpoint_from_other_settings_is_set_aside_not_resumed(tmp_path, caplog):
-    base = {**TINY, "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
-            "train": {**TINY["train"], "epochs": 1}}
-    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
-                    str(write_yaml(tmp_path / "o.yaml", base)), "--out", str(tmp_path / "prepared")],
-                   check=True, env=tool_env(), capture_output=True)
+    base = {
+        **TINY,
+        "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
+        "train": {**TINY["train"], "epochs": 1},
+    }
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "data",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--params",
+            str(write_yaml(tmp_path / "o.yaml", base)),
+            "--out",
+            str(tmp_path / "prepared"),
+        ],
+        check=True,
+        env=tool_env(),
+        capture_output=True,
+    )
     out = tmp_path / "r.json"
     ckpt = checkpoint.path_for(out)
     import json as _json
 
     import torch
     from safetensors.torch import save_file
-    save_file({"x": torch.zeros(1)}, str(ckpt), metadata={"gpuscale": _json.dumps(
-        {"version": checkpoint.VERSION, "identity": {"host_fingerprint": "elsewhere"}, "epochs": [], "segments": []})})
+
+    save_file(
+        {"x": torch.zeros(1)},
+        str(ckpt),
+        metadata={
+            "gpuscale": _json.dumps(
+                {
+                    "version": checkpoint.VERSION,
+                    "identity": {"host_fingerprint": "elsewhere"},
+                    "epochs": [],
+                    "segments": [],
+                }
+            )
+        },
+    )
     from test_train import tiny_settings
+
     caplog.set_level("WARNING")
     train.run(tiny_settings(epochs=1), tmp_path / "prepared", out, threads=1, resume=True)
     rec = record.load(out)
@@ -305,8 +427,23 @@ def test_out_of_memory_names_the_batch_size_and_writes_no_record(tmp_path, monke
     a one-line error that says so and names the params to lower; no record, no checkpoint."""
     base = {**TINY, "data": {"source": "synthetic", "train_size": 200, "test_size": 50}}
     overlay = write_yaml(tmp_path / "o.yaml", {**base, "runtime": {"resume": True}})
-    subprocess.run([sys.executable, "-m", "gpuscale", "data", "--params", str(REPO / "params.yaml"), "--params",
-                    str(overlay), "--out", str(tmp_path / "prepared")], check=True, env=tool_env(), capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "data",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--params",
+            str(overlay),
+            "--out",
+            str(tmp_path / "prepared"),
+        ],
+        check=True,
+        env=tool_env(),
+        capture_output=True,
+    )
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -314,10 +451,28 @@ def test_out_of_memory_names_the_batch_size_and_writes_no_record(tmp_path, monke
     import torch
 
     from gpuscale import cli
+
     monkeypatch.setattr(train, "train_epoch", out_of_memory)
     out = tmp_path / "runs" / "r.json"
-    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--params", str(overlay), "--model", "resnet18",
-                     "--device", "cpu", "--threads", "1", "--data", str(tmp_path / "prepared"), "--out", str(out)])
+    code = cli.main(
+        [
+            "train",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--params",
+            str(overlay),
+            "--model",
+            "resnet18",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--data",
+            str(tmp_path / "prepared"),
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     logging.getLogger().handlers.clear()  # cli.main logged to this test's captured stream, closed after it
     assert code != 0 and "out of cpu memory at batch size 32" in err

@@ -8,12 +8,15 @@ def count(name: str) -> int:
     return nets.parameter_count(models.build(name))
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("resnet18", 11_181_642),        # torchvision resnet18, 10 classes
-    ("resnet50", 23_528_522),
-    ("resnet18_cifar", 11_173_962),  # 7x7x3x64 stem replaced by 3x3x3x64
-    ("resnet50_cifar", 23_520_842),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("resnet18", 11_181_642),  # torchvision resnet18, 10 classes
+        ("resnet50", 23_528_522),
+        ("resnet18_cifar", 11_173_962),  # 7x7x3x64 stem replaced by 3x3x3x64
+        ("resnet50_cifar", 23_520_842),
+    ],
+)
 def test_resnet_parameter_counts(name, expected):
     assert count(name) == expected
 
@@ -64,14 +67,17 @@ def test_registry_is_torch_free_to_list():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("resnet34", 21_289_802),
-    ("resnet101", 42_520_650),
-    ("resnet152", 58_164_298),
-    ("vit_tiny_p4", 2_693_578),
-    ("simplecnn_half", 139_514),
-    ("simplecnn_double", 2_210_762),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("resnet34", 21_289_802),
+        ("resnet101", 42_520_650),
+        ("resnet152", 58_164_298),
+        ("vit_tiny_p4", 2_693_578),
+        ("simplecnn_half", 139_514),
+        ("simplecnn_double", 2_210_762),
+    ],
+)
 def test_scale_models_parameter_counts(name, expected):
     assert count(name) == expected
 

@@ -34,7 +34,9 @@ def test_per_model_override_replaces_only_that_models_key(base_params):
     config["models"]["resnet50"] = {"batch_size": 64}
     assert params.train_settings(config, "resnet50")["batch_size"] == 64
     assert params.train_settings(config, "resnet18")["batch_size"] == 128
-    assert params.run_settings(config, "resnet18", "cpu", "paper", 0) == params.run_settings(base_params, "resnet18", "cpu", "paper", 0)
+    assert params.run_settings(config, "resnet18", "cpu", "paper", 0) == params.run_settings(
+        base_params, "resnet18", "cpu", "paper", 0
+    )
 
 
 def _set(config, dotted, value):
@@ -80,7 +82,11 @@ BAD = [
     ("models.resnet18", "fast", "models.resnet18"),
     ("report.reference", ["/etc"], "report.reference.0: '/etc' is malformed"),
     ("study.devices", ["cuda-ddp1"], "study.devices.0: 'cuda-ddp1' is malformed"),
-    ("train.distributed_batch", "split", "train.distributed_batch: 'split' is not allowed (allowed: per_process, global)"),
+    (
+        "train.distributed_batch",
+        "split",
+        "train.distributed_batch: 'split' is not allowed (allowed: per_process, global)",
+    ),
     ("runtime.resume", "yes", "runtime.resume: 'yes' has the wrong type"),
     ("runtime", DELETE, "runtime: missing required key"),
 ]
@@ -126,8 +132,9 @@ def test_cli_refuses_bad_params_with_one_line_and_exit_2(tmp_path, base_params):
     config = copy.deepcopy(base_params)
     config["train"]["epochs"] = 0
     path = write_yaml(tmp_path / "bad.yaml", config)
-    done = subprocess.run([sys.executable, "-m", "gpuscale", "validate", "--params", str(path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "validate", "--params", str(path)], capture_output=True, text=True
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "train.epochs: 0 is out of range (allowed: >= 1)" in done.stderr
@@ -150,7 +157,11 @@ def test_sweeps_expand_to_their_own_runs_and_override_one_setting(base_params):
     config["sweeps"].update(models=["resnet18"], cpu_threads=[1, 2, 4], gpu_batch_sizes=[256])
     keys = params.sweep_keys(config)
     assert [(k["device"], k["parameter"], k["value"]) for k in keys] == [
-        ("cpu", "threads", 1), ("cpu", "threads", 2), ("cpu", "threads", 4), ("cuda", "batch", 256)]
+        ("cpu", "threads", 1),
+        ("cpu", "threads", 2),
+        ("cpu", "threads", 4),
+        ("cuda", "batch", 256),
+    ]
     settings = params.sweep_settings(config, "resnet18", "cuda", "batch", 256, "paper", 0)
     assert settings["train"]["batch_size"] == 256 and settings["sweep"] == {"parameter": "batch", "value": 256}
     assert params.sweep_record_path(**keys[0]) == "results/runs/resnet18/cpu/threads1-paper-seed0.json"

@@ -31,5 +31,6 @@ def test_a_sampled_epochs_seconds_are_the_extrapolation_of_its_own_clock_marks(p
         assert epoch["measured_steps"] == 4 and epoch["steps"] == 7 and epoch["extrapolated"]
         assert 0 < marks[2] < epoch["measured_seconds"]
         assert epoch["train_seconds"] == pytest.approx(
-            sampling.extrapolate(marks[2], epoch["measured_seconds"], 2, 4, 7), rel=1e-12)
+            sampling.extrapolate(marks[2], epoch["measured_seconds"], 2, 4, 7), rel=1e-12
+        )
         assert epoch["images_per_second"] == pytest.approx(epoch["train_images"] / epoch["train_seconds"])

@@ -53,21 +53,52 @@ def cluster(tmp_path):
     for sub in ("state", "spool", "log"):
         (root / sub).mkdir(parents=True)
     host = socket.gethostname().split(".")[0]
-    memory_mb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                         if line.startswith("MemTotal"))) * 9 // 10 // 1024
-    conf = MARK + "\n".join([
-        "ClusterName=gpuscaletest", f"SlurmctldHost={host}", f"SlurmctldPort={_free_port()}",
-        f"SlurmdPort={_free_port()}", "AuthType=auth/none", "CredType=cred/none", "SlurmUser=root", "SlurmdUser=root",
-        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
-        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
-        f"SlurmctldLogFile={root}/log/slurmctld.log", f"SlurmdLogFile={root}/log/slurmd.log",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "ReturnToService=2", "MpiDefault=none",
-        "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none",
-        f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
-        "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-        "PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP",
-    ]) + "\n"
+    memory_mb = (
+        int(
+            next(
+                line.split()[1]
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            )
+        )
+        * 9
+        // 10
+        // 1024
+    )
+    conf = (
+        MARK
+        + "\n".join(
+            [
+                "ClusterName=gpuscaletest",
+                f"SlurmctldHost={host}",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "AuthType=auth/none",
+                "CredType=cred/none",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"StateSaveLocation={root}/state",
+                f"SlurmdSpoolDir={root}/spool",
+                f"SlurmctldPidFile={root}/slurmctld.pid",
+                f"SlurmdPidFile={root}/slurmd.pid",
+                f"SlurmctldLogFile={root}/log/slurmctld.log",
+                f"SlurmdLogFile={root}/log/slurmd.log",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SchedulerType=sched/backfill",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU",
+                "ReturnToService=2",
+                "MpiDefault=none",
+                "AccountingStorageType=accounting_storage/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+                "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP",
+            ]
+        )
+        + "\n"
+    )
     conf_path = root / "slurm.conf"
     conf_path.write_text(conf)
     SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +111,11 @@ def cluster(tmp_path):
         state = ""
         while time.monotonic() < deadline and state != "idle":
             time.sleep(1)
-            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True,
-                                   check=False).stdout.strip().split("\n")[0]
+            state = (
+                subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True, check=False)
+                .stdout.strip()
+                .split("\n")[0]
+            )
         assert state == "idle", f"the test cluster's node never became idle ({state!r}): see {root}/log"
         yield env
     finally:
@@ -99,23 +133,42 @@ def cluster(tmp_path):
 
 def test_quick_preset_through_the_slurm_executor(cluster, tmp_path):
     repo = copy_project(tmp_path / "repo")
-    write_yaml(repo / "synthetic.yaml", {"data": {"source": "synthetic", "train_size": 300, "test_size": 50},
-                                         "train": {"batch_size": 50, "eval_batch_size": 50}})
-    argv = ["snakemake", "--profile", "profiles/slurm", "--slurm-status-command", "squeue",
-            "--slurm-init-seconds-before-status-checks", "1", "--configfile", "config/quick.yaml", "synthetic.yaml"]
+    write_yaml(
+        repo / "synthetic.yaml",
+        {
+            "data": {"source": "synthetic", "train_size": 300, "test_size": 50},
+            "train": {"batch_size": 50, "eval_batch_size": 50},
+        },
+    )
+    argv = [
+        "snakemake",
+        "--profile",
+        "profiles/slurm",
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        "--configfile",
+        "config/quick.yaml",
+        "synthetic.yaml",
+    ]
     done = subprocess.run(argv, cwd=repo, env=cluster, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     print(done.stderr[-3000:])  # shown with -s: the SLURM run's own output
     runs = sorted((repo / "results/runs").rglob("*.json"))
     assert [p.relative_to(repo / "results/runs").as_posix() for p in runs] == [
-        "resnet18/cpu/paper-seed0.json", "resnet50/cpu/paper-seed0.json", "simplecnn/cpu/paper-seed0.json"]
+        "resnet18/cpu/paper-seed0.json",
+        "resnet50/cpu/paper-seed0.json",
+        "simplecnn/cpu/paper-seed0.json",
+    ]
     assert all(record.load(p)["status"] == "measured" for p in runs)
     # every training job went through sbatch, on the profile's CPU partition, with a whole node to itself
     train_jobs = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_train/", done.stderr)
     assert len(train_jobs) == 3, done.stderr[-3000:]
     for job in train_jobs:
-        shown = subprocess.run(["scontrol", "show", "job", job], env=cluster, capture_output=True, text=True,
-                               check=True).stdout
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job], env=cluster, capture_output=True, text=True, check=True
+        ).stdout
         assert "JobState=COMPLETED" in shown and "Partition=cpu" in shown and "OverSubscribe=NO" in shown, shown
     assert (repo / "reports/index.html").exists()
     again = subprocess.run(argv + ["-n"], cwd=repo, env=cluster, capture_output=True, text=True, check=True)

@@ -9,9 +9,14 @@ from gpuscale import params, record, train
 def tiny_settings(device="cpu", epochs=2, on_missing="record", deterministic=False):
     config = params.load([REPO / "params.yaml"])
     config["study"]["on_missing_device"] = on_missing
-    config["train"].update(epochs=epochs, batch_size=32, eval_batch_size=64, log_every_steps=2,
-                           deterministic=deterministic,
-                           loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+    config["train"].update(
+        epochs=epochs,
+        batch_size=32,
+        eval_batch_size=64,
+        log_every_steps=2,
+        deterministic=deterministic,
+        loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False},
+    )
     return params.run_settings(config, "simplecnn", device, "paper", 0)
 
 
@@ -116,7 +121,11 @@ def test_phase_profile_splits_a_step_and_its_phases_add_up(prepared, tmp_path):
     assert all(v > 0 for k, v in phases.items() if k != "host_to_device")
     # the phases are disjoint spans inside the instrumented step (so they never add up to more), and together
     # they are most of it: what is left is loop bookkeeping (a generous bound: a loaded machine may preempt there)
-    assert 0.5 * profile["instrumented_step_seconds"] <= profile["phase_sum_seconds_per_step"] <= profile["instrumented_step_seconds"]
+    assert (
+        0.5 * profile["instrumented_step_seconds"]
+        <= profile["phase_sum_seconds_per_step"]
+        <= profile["instrumented_step_seconds"]
+    )
     assert sum(profile["phase_fractions"].values()) == pytest.approx(1.0)
     assert profile["clean_step_seconds"] > 0
 
@@ -125,8 +134,13 @@ def test_energy_is_marked_unavailable_with_a_reason(prepared, tmp_path):
     train.run(tiny_settings(epochs=1), prepared, tmp_path / "e.json", threads=1)
     rec = record.load(tmp_path / "e.json")
     gpu, cpu = rec["energy"]["gpu"], rec["energy"]["cpu"]
-    assert gpu == {"available": False, "source": "none", "reason": "no GPU in this run",
-                   "joules_per_epoch": None, "images_per_joule": None}
+    assert gpu == {
+        "available": False,
+        "source": "none",
+        "reason": "no GPU in this run",
+        "joules_per_epoch": None,
+        "images_per_joule": None,
+    }
     from gpuscale import energy
 
     if not energy.RaplMeter().available:
@@ -149,8 +163,12 @@ def test_sampled_epoch_is_marked_extrapolated_and_counts_the_whole_epoch(prepare
 
 def test_thread_sweep_run_uses_the_swept_threads_and_keys_the_record(prepared, tmp_path):
     config = params.load([REPO / "params.yaml"])
-    config["train"].update(epochs=1, batch_size=32, phase_profile_steps=0,
-                           loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False})
+    config["train"].update(
+        epochs=1,
+        batch_size=32,
+        phase_profile_steps=0,
+        loader={"num_workers": 0, "pin_memory": False, "persistent_workers": False},
+    )
     settings = params.sweep_settings(config, "simplecnn", "cpu", "threads", 1, "paper", 0)
     train.run(settings, prepared, tmp_path / "t.json", threads=2)
     rec = record.load(tmp_path / "t.json")

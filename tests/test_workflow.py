@@ -29,8 +29,10 @@ def commit(repo, message="params"):
 
 
 def records(repo) -> dict:
-    return {tuple(p.relative_to(repo / "results/runs").parts): record.load(p)
-            for p in sorted((repo / "results/runs").rglob("*.json"))}
+    return {
+        tuple(p.relative_to(repo / "results/runs").parts): record.load(p)
+        for p in sorted((repo / "results/runs").rglob("*.json"))
+    }
 
 
 def dvc_status(repo) -> dict:
@@ -88,13 +90,17 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
     run(["snakemake", "--cores", "2"], repo)
     got = records(repo)
     study = {(m, d, "paper-seed0.json") for m in ("simplecnn", "resnet18") for d in ("cpu", "cuda")}
-    sweeps = {("simplecnn", "cpu", "threads1-paper-seed0.json"), ("simplecnn", "cpu", "threads2-paper-seed0.json"),
-              ("simplecnn", "cuda", "batch32-paper-seed0.json")}
+    sweeps = {
+        ("simplecnn", "cpu", "threads1-paper-seed0.json"),
+        ("simplecnn", "cpu", "threads2-paper-seed0.json"),
+        ("simplecnn", "cuda", "batch32-paper-seed0.json"),
+    }
     assert set(got) == study | sweeps
     assert got[("simplecnn", "cpu", "threads1-paper-seed0.json")]["environment"]["torch_threads"] == 1
     assert all(r["status"] == "measured" for (m, d, _), r in got.items() if d == "cpu")
-    sweep_rows = [line for line in (repo / "results/tables/sweeps.csv").read_text().splitlines()
-                  if line.startswith("this host,")]  # the shipped reference records have sweeps of their own
+    sweep_rows = [
+        line for line in (repo / "results/tables/sweeps.csv").read_text().splitlines() if line.startswith("this host,")
+    ]  # the shipped reference records have sweeps of their own
     assert sum(",threads," in line for line in sweep_rows) == 2
     import torch
 
@@ -121,6 +127,7 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
 
 def covers(dvc_deps: set, snakemake_inputs: set) -> bool:
     """Same inputs, where a DVC folder dependency stands for the files Snakemake lists inside it."""
+
     def inside(path, folder):
         return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -131,8 +138,11 @@ def covers(dvc_deps: set, snakemake_inputs: set) -> bool:
 
 def test_quick_preset_on_synthetic_data_and_per_model_reruns(tmp_path):
     repo = copy_project(tmp_path / "repo")
-    overlay = {"data": {"source": "synthetic", "train_size": 200, "test_size": 50},
-               "train": {"batch_size": 50, "eval_batch_size": 50}, "models": {"resnet18": {}}}
+    overlay = {
+        "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
+        "train": {"batch_size": 50, "eval_batch_size": 50},
+        "models": {"resnet18": {}},
+    }
     write_yaml(repo / "synthetic.yaml", overlay)
     argv = ["snakemake", "--cores", "2", "--configfile", "config/quick.yaml", "synthetic.yaml"]
     run(argv, repo)
@@ -208,14 +218,17 @@ def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_res
     from gpuscale import checkpoint
 
     repo = copy_project(tmp_path / "repo")
-    overlay = params.deep_merge(TINY, {"data": {"train_size": 1280}, "train": {"epochs": 6, "log_every_steps": 100},
-                                       "runtime": {"resume": True}})
+    overlay = params.deep_merge(
+        TINY,
+        {"data": {"train_size": 1280}, "train": {"epochs": 6, "log_every_steps": 100}, "runtime": {"resume": True}},
+    )
     write_yaml(repo / "tiny.yaml", overlay)
     argv = ["snakemake", "--cores", "1", "--configfile", "tiny.yaml"]
     log = repo / "logs/train/simplecnn/cpu/paper-seed0.log"
     out = repo / "results/runs/simplecnn/cpu/paper-seed0.json"
-    proc = subprocess.Popen(argv, cwd=repo, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=repo, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and "epoch 2/6 done" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.1)
@@ -235,8 +248,10 @@ def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_res
 
 def test_data_parallel_device_runs_through_the_workflow_into_the_scaling_table(tmp_path):
     repo = copy_project(tmp_path / "repo")
-    write_yaml(repo / "ddp.yaml", params.deep_merge(TINY, {"study": {"devices": ["cpu", "cpu-ddp2"]},
-                                                           "data": {"train_size": 256}}))
+    write_yaml(
+        repo / "ddp.yaml",
+        params.deep_merge(TINY, {"study": {"devices": ["cpu", "cpu-ddp2"]}, "data": {"train_size": 256}}),
+    )
     run(["snakemake", "--cores", "2", "--configfile", "ddp.yaml"], repo)
     got = records(repo)
     assert set(got) == {("simplecnn", "cpu", "paper-seed0.json"), ("simplecnn", "cpu-ddp2", "paper-seed0.json")}

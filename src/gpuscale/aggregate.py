@@ -59,30 +59,79 @@ def host_label(rec: dict) -> str:
 
 
 RUN_SCHEMA = {
-    "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
-    "sweep_parameter": pl.String, "sweep_value": pl.Int64, "status": pl.String, "not_measured_reason": pl.String, "label": pl.String, "host": pl.String, "hostname": pl.String,
-    "cpu_model": pl.String, "cpu_logical_cores": pl.Int64, "torch_threads": pl.Int64, "loader_workers": pl.Int64,
-    "oversubscribed": pl.Boolean, "compile_cache": pl.String, "compile_cache_files_at_start": pl.Int64,
+    "source": pl.String,
+    "model": pl.String,
+    "device": pl.String,
+    "variant": pl.String,
+    "seed": pl.Int64,
+    "sweep_parameter": pl.String,
+    "sweep_value": pl.Int64,
+    "status": pl.String,
+    "not_measured_reason": pl.String,
+    "label": pl.String,
+    "host": pl.String,
+    "hostname": pl.String,
+    "cpu_model": pl.String,
+    "cpu_logical_cores": pl.Int64,
+    "torch_threads": pl.Int64,
+    "loader_workers": pl.Int64,
+    "oversubscribed": pl.Boolean,
+    "compile_cache": pl.String,
+    "compile_cache_files_at_start": pl.Int64,
     "gpu_name": pl.String,
-    "gpu_driver": pl.String, "torch_version": pl.String, "cuda_version": pl.String, "cudnn_version": pl.Int64,
-    "git_commit": pl.String, "parameters": pl.Int64, "train_flops_per_image": pl.Int64,
-    "epochs": pl.Int64, "batch_size": pl.Int64, "world_size": pl.Int64, "global_batch_size": pl.Int64,
-    "data_source": pl.String, "synthetic": pl.Boolean,
-    "train_images": pl.Int64, "test_images": pl.Int64, "manifest_sha256": pl.String,
-    "total_train_seconds": pl.Float64, "epoch_seconds_mean": pl.Float64, "warmup_epoch_seconds": pl.Float64,
-    "steady_epoch_seconds_median": pl.Float64, "total_eval_seconds": pl.Float64,
-    "train_images_per_second": pl.Float64, "steady_images_per_second": pl.Float64, "extrapolated": pl.Boolean,
-    "final_test_accuracy": pl.Float64, "gpu_joules_per_epoch": pl.Float64, "cpu_joules_per_epoch": pl.Float64,
-    "gpu_images_per_joule": pl.Float64, "energy_note": pl.String, "phase_overhead_fraction": pl.Float64,
-    "started_at": pl.String, "finished_at": pl.String,
-    "record_path": pl.String, "record_sha256": pl.String,
+    "gpu_driver": pl.String,
+    "torch_version": pl.String,
+    "cuda_version": pl.String,
+    "cudnn_version": pl.Int64,
+    "git_commit": pl.String,
+    "parameters": pl.Int64,
+    "train_flops_per_image": pl.Int64,
+    "epochs": pl.Int64,
+    "batch_size": pl.Int64,
+    "world_size": pl.Int64,
+    "global_batch_size": pl.Int64,
+    "data_source": pl.String,
+    "synthetic": pl.Boolean,
+    "train_images": pl.Int64,
+    "test_images": pl.Int64,
+    "manifest_sha256": pl.String,
+    "total_train_seconds": pl.Float64,
+    "epoch_seconds_mean": pl.Float64,
+    "warmup_epoch_seconds": pl.Float64,
+    "steady_epoch_seconds_median": pl.Float64,
+    "total_eval_seconds": pl.Float64,
+    "train_images_per_second": pl.Float64,
+    "steady_images_per_second": pl.Float64,
+    "extrapolated": pl.Boolean,
+    "final_test_accuracy": pl.Float64,
+    "gpu_joules_per_epoch": pl.Float64,
+    "cpu_joules_per_epoch": pl.Float64,
+    "gpu_images_per_joule": pl.Float64,
+    "energy_note": pl.String,
+    "phase_overhead_fraction": pl.Float64,
+    "started_at": pl.String,
+    "finished_at": pl.String,
+    "record_path": pl.String,
+    "record_sha256": pl.String,
 }
 EPOCH_SCHEMA = {
-    "source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
-    "sweep_parameter": pl.String, "sweep_value": pl.Int64,
-    "epoch": pl.Int64, "warmup": pl.Boolean, "train_seconds": pl.Float64, "eval_seconds": pl.Float64,
-    "images_per_second": pl.Float64, "train_loss": pl.Float64, "train_accuracy": pl.Float64,
-    "test_loss": pl.Float64, "test_accuracy": pl.Float64, "learning_rate": pl.Float64,
+    "source": pl.String,
+    "model": pl.String,
+    "device": pl.String,
+    "variant": pl.String,
+    "seed": pl.Int64,
+    "sweep_parameter": pl.String,
+    "sweep_value": pl.Int64,
+    "epoch": pl.Int64,
+    "warmup": pl.Boolean,
+    "train_seconds": pl.Float64,
+    "eval_seconds": pl.Float64,
+    "images_per_second": pl.Float64,
+    "train_loss": pl.Float64,
+    "train_accuracy": pl.Float64,
+    "test_loss": pl.Float64,
+    "test_accuracy": pl.Float64,
+    "learning_rate": pl.Float64,
 }
 
 
@@ -93,36 +142,55 @@ def runs_frame(loaded) -> pl.DataFrame:
         settings = rec["settings"]["train"]
         epochs = rec["epochs"]
         distributed = rec.get("distributed") or {}
-        rows.append({
-            "source": source, **flat_key(rec), "status": rec["status"], "not_measured_reason": rec["not_measured_reason"],
-            "label": rec["label"], "host": host_label(rec), "hostname": env["host"], "cpu_model": env["cpu_model"],
-            "cpu_logical_cores": env["cpu_logical_cores"], "torch_threads": env["torch_threads"],
-            "loader_workers": loader_workers(rec), "oversubscribed": oversubscribed(rec),
-            **compile_cache_columns(rec),
-            "gpu_name": (env.get("gpu") or {}).get("name"), "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
-            "torch_version": env["torch_version"], "cuda_version": env["cuda_version"],
-            "cudnn_version": env["cudnn_version"], "git_commit": env["git"].get("commit"),
-            "parameters": rec["model"]["parameters"], "train_flops_per_image": rec["model"]["train_flops_per_image"],
-            "epochs": settings["epochs"], "batch_size": settings["batch_size"],
-            "world_size": distributed.get("world_size", 1),
-            "global_batch_size": distributed.get("global_batch_size", settings["batch_size"]),
-            "data_source": rec["data"]["source"], "synthetic": rec["data"]["synthetic"],
-            "train_images": rec["data"]["train_images"], "test_images": rec["data"]["test_images"],
-            "manifest_sha256": rec["data"]["manifest_sha256"],
-            "total_train_seconds": timing.get("total_train_seconds"),
-            "epoch_seconds_mean": (timing["total_train_seconds"] / len(epochs)) if epochs else None,
-            "warmup_epoch_seconds": timing.get("warmup_epoch_seconds"),
-            "steady_epoch_seconds_median": timing.get("steady_epoch_seconds_median"),
-            "total_eval_seconds": timing.get("total_eval_seconds"),
-            "train_images_per_second": timing.get("train_images_per_second"),
-            "steady_images_per_second": timing.get("steady_images_per_second"),
-            "extrapolated": timing.get("extrapolated", False),
-            "final_test_accuracy": quality.get("final_test_accuracy"),
-            **energy_columns(rec.get("energy")),
-            "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
-            "started_at": rec["started_at"], "finished_at": rec["finished_at"],
-            "record_path": str(path), "record_sha256": fsutil.sha256_file(path),
-        })
+        rows.append(
+            {
+                "source": source,
+                **flat_key(rec),
+                "status": rec["status"],
+                "not_measured_reason": rec["not_measured_reason"],
+                "label": rec["label"],
+                "host": host_label(rec),
+                "hostname": env["host"],
+                "cpu_model": env["cpu_model"],
+                "cpu_logical_cores": env["cpu_logical_cores"],
+                "torch_threads": env["torch_threads"],
+                "loader_workers": loader_workers(rec),
+                "oversubscribed": oversubscribed(rec),
+                **compile_cache_columns(rec),
+                "gpu_name": (env.get("gpu") or {}).get("name"),
+                "gpu_driver": (env.get("gpu") or {}).get("driver_version"),
+                "torch_version": env["torch_version"],
+                "cuda_version": env["cuda_version"],
+                "cudnn_version": env["cudnn_version"],
+                "git_commit": env["git"].get("commit"),
+                "parameters": rec["model"]["parameters"],
+                "train_flops_per_image": rec["model"]["train_flops_per_image"],
+                "epochs": settings["epochs"],
+                "batch_size": settings["batch_size"],
+                "world_size": distributed.get("world_size", 1),
+                "global_batch_size": distributed.get("global_batch_size", settings["batch_size"]),
+                "data_source": rec["data"]["source"],
+                "synthetic": rec["data"]["synthetic"],
+                "train_images": rec["data"]["train_images"],
+                "test_images": rec["data"]["test_images"],
+                "manifest_sha256": rec["data"]["manifest_sha256"],
+                "total_train_seconds": timing.get("total_train_seconds"),
+                "epoch_seconds_mean": (timing["total_train_seconds"] / len(epochs)) if epochs else None,
+                "warmup_epoch_seconds": timing.get("warmup_epoch_seconds"),
+                "steady_epoch_seconds_median": timing.get("steady_epoch_seconds_median"),
+                "total_eval_seconds": timing.get("total_eval_seconds"),
+                "train_images_per_second": timing.get("train_images_per_second"),
+                "steady_images_per_second": timing.get("steady_images_per_second"),
+                "extrapolated": timing.get("extrapolated", False),
+                "final_test_accuracy": quality.get("final_test_accuracy"),
+                **energy_columns(rec.get("energy")),
+                "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
+                "started_at": rec["started_at"],
+                "finished_at": rec["finished_at"],
+                "record_path": str(path),
+                "record_sha256": fsutil.sha256_file(path),
+            }
+        )
     return pl.DataFrame(rows, schema=RUN_SCHEMA).sort(KEY_COLUMNS)
 
 
@@ -136,8 +204,11 @@ def loader_workers(rec: dict) -> int | None:
 def oversubscribed(rec: dict) -> bool:
     """A CPU run whose torch threads plus DataLoader workers outnumber the host's logical cores: they compete."""
     env, workers = rec["environment"], loader_workers(rec)
-    return (rec["key"]["device"] == "cpu" and workers is not None
-            and env["torch_threads"] + workers > env["cpu_logical_cores"])
+    return (
+        rec["key"]["device"] == "cpu"
+        and workers is not None
+        and env["torch_threads"] + workers > env["cpu_logical_cores"]
+    )
 
 
 def compile_cache_columns(rec: dict) -> dict:
@@ -146,30 +217,54 @@ def compile_cache_columns(rec: dict) -> dict:
     effective = (rec.get("variant") or {}).get("effective") or {}
     if effective.get("compile", "none") == "none":
         return {"compile_cache": None, "compile_cache_files_at_start": None}
-    return {"compile_cache": effective.get("compile_cache", "unknown"),
-            "compile_cache_files_at_start": effective.get("compile_cache_files_at_start")}
+    return {
+        "compile_cache": effective.get("compile_cache", "unknown"),
+        "compile_cache_files_at_start": effective.get("compile_cache_files_at_start"),
+    }
 
 
 def flat_key(rec: dict) -> dict:
     """The record's key as columns; a sweep becomes sweep_parameter / sweep_value (null on study runs)."""
     sweep = rec["key"].get("sweep") or {}
-    return {**{k: v for k, v in rec["key"].items() if k != "sweep"},
-            "sweep_parameter": sweep.get("parameter"), "sweep_value": sweep.get("value")}
+    return {
+        **{k: v for k, v in rec["key"].items() if k != "sweep"},
+        "sweep_parameter": sweep.get("parameter"),
+        "sweep_value": sweep.get("value"),
+    }
 
 
 def energy_columns(energy: dict | None) -> dict:
     if not energy:
-        return {"gpu_joules_per_epoch": None, "cpu_joules_per_epoch": None, "gpu_images_per_joule": None,
-                "energy_note": "not recorded (record schema 1 or not measured)"}
+        return {
+            "gpu_joules_per_epoch": None,
+            "cpu_joules_per_epoch": None,
+            "gpu_images_per_joule": None,
+            "energy_note": "not recorded (record schema 1 or not measured)",
+        }
     notes = [f"{k}: {v['reason']}" for k, v in energy.items() if not v["available"]]
-    return {"gpu_joules_per_epoch": energy["gpu"]["joules_per_epoch"], "cpu_joules_per_epoch": energy["cpu"]["joules_per_epoch"],
-            "gpu_images_per_joule": energy["gpu"]["images_per_joule"], "energy_note": "; ".join(notes)}
+    return {
+        "gpu_joules_per_epoch": energy["gpu"]["joules_per_epoch"],
+        "cpu_joules_per_epoch": energy["cpu"]["joules_per_epoch"],
+        "gpu_images_per_joule": energy["gpu"]["images_per_joule"],
+        "energy_note": "; ".join(notes),
+    }
 
 
-PHASE_SCHEMA = {"source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
-                "sweep_parameter": pl.String, "sweep_value": pl.Int64,
-                "phase": pl.String, "seconds_per_step": pl.Float64, "fraction": pl.Float64,
-                "seconds_per_epoch": pl.Float64, "overhead_fraction": pl.Float64, "profile_steps": pl.Int64}
+PHASE_SCHEMA = {
+    "source": pl.String,
+    "model": pl.String,
+    "device": pl.String,
+    "variant": pl.String,
+    "seed": pl.Int64,
+    "sweep_parameter": pl.String,
+    "sweep_value": pl.Int64,
+    "phase": pl.String,
+    "seconds_per_step": pl.Float64,
+    "fraction": pl.Float64,
+    "seconds_per_epoch": pl.Float64,
+    "overhead_fraction": pl.Float64,
+    "profile_steps": pl.Int64,
+}
 PHASE_ORDER = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
 
 
@@ -185,18 +280,39 @@ def phases_frame(loaded) -> pl.DataFrame:
         epoch_seconds = sorted(steady)[len(steady) // 2]
         for phase in PHASE_ORDER:
             fraction = profile["phase_fractions"][phase]
-            rows.append({"source": source, **flat_key(rec), "phase": phase,
-                         "seconds_per_step": profile["phase_seconds_per_step"][phase], "fraction": fraction,
-                         "seconds_per_epoch": fraction * epoch_seconds, "overhead_fraction": profile["overhead_fraction"],
-                         "profile_steps": profile["steps"]})
+            rows.append(
+                {
+                    "source": source,
+                    **flat_key(rec),
+                    "phase": phase,
+                    "seconds_per_step": profile["phase_seconds_per_step"][phase],
+                    "fraction": fraction,
+                    "seconds_per_epoch": fraction * epoch_seconds,
+                    "overhead_fraction": profile["overhead_fraction"],
+                    "profile_steps": profile["steps"],
+                }
+            )
     return pl.DataFrame(rows, schema=PHASE_SCHEMA).sort([*KEY_COLUMNS, "phase"])
 
 
-SAMPLING_SCHEMA = {"source": pl.String, "model": pl.String, "device": pl.String, "variant": pl.String, "seed": pl.Int64,
-                   "sweep_parameter": pl.String, "sweep_value": pl.Int64,
-                   "sampled_steps": pl.Int64, "warmup_steps": pl.Int64, "steps_per_epoch": pl.Int64, "epochs": pl.Int64,
-                   "estimated_total_seconds": pl.Float64, "measured_total_seconds": pl.Float64, "error": pl.Float64,
-                   "epoch_error_min": pl.Float64, "epoch_error_max": pl.Float64}
+SAMPLING_SCHEMA = {
+    "source": pl.String,
+    "model": pl.String,
+    "device": pl.String,
+    "variant": pl.String,
+    "seed": pl.Int64,
+    "sweep_parameter": pl.String,
+    "sweep_value": pl.Int64,
+    "sampled_steps": pl.Int64,
+    "warmup_steps": pl.Int64,
+    "steps_per_epoch": pl.Int64,
+    "epochs": pl.Int64,
+    "estimated_total_seconds": pl.Float64,
+    "measured_total_seconds": pl.Float64,
+    "error": pl.Float64,
+    "epoch_error_min": pl.Float64,
+    "epoch_error_max": pl.Float64,
+}
 
 
 def sampling_frame(loaded) -> pl.DataFrame:
@@ -216,11 +332,21 @@ def sampling_frame(loaded) -> pl.DataFrame:
         for n in sorted(s for s in common if s > warmup):
             estimates = [sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs)]
             errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs)]
-            rows.append({"source": source, **flat_key(rec), "sampled_steps": n, "warmup_steps": warmup,
-                         "steps_per_epoch": epochs[0]["steps"], "epochs": len(epochs),
-                         "estimated_total_seconds": sum(estimates), "measured_total_seconds": measured,
-                         "error": sum(estimates) / measured - 1,
-                         "epoch_error_min": min(errors), "epoch_error_max": max(errors)})
+            rows.append(
+                {
+                    "source": source,
+                    **flat_key(rec),
+                    "sampled_steps": n,
+                    "warmup_steps": warmup,
+                    "steps_per_epoch": epochs[0]["steps"],
+                    "epochs": len(epochs),
+                    "estimated_total_seconds": sum(estimates),
+                    "measured_total_seconds": measured,
+                    "error": sum(estimates) / measured - 1,
+                    "epoch_error_min": min(errors),
+                    "epoch_error_max": max(errors),
+                }
+            )
     return pl.DataFrame(rows, schema=SAMPLING_SCHEMA).sort([*KEY_COLUMNS, "sampled_steps"])
 
 
@@ -239,30 +365,44 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     CPU and GPU are only ever paired within one source (one host's records), never across hosts.
     """
     # single-device runs only: data-parallel ones (cuda-ddpN, cpu-ddpN) go to the scaling table
-    measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null()
-                           & (pl.col("world_size") == 1))
+    measured = runs.filter(
+        (pl.col("status") == "measured") & pl.col("sweep_parameter").is_null() & (pl.col("world_size") == 1)
+    )
     per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
-        pl.col("parameters").first(), pl.col("train_flops_per_image").first(),
-        pl.col("host").first(), pl.col("gpu_name").first(), pl.col("synthetic").any(),
-        pl.col("extrapolated").any(), pl.len().alias("seeds"),
-        pl.col("total_train_seconds").median(), pl.col("epoch_seconds_mean").median(),
-        pl.col("steady_epoch_seconds_median").median(), pl.col("final_test_accuracy").median(),
-        pl.col("epochs").first(), pl.col("train_images").first(),
+        pl.col("parameters").first(),
+        pl.col("train_flops_per_image").first(),
+        pl.col("host").first(),
+        pl.col("gpu_name").first(),
+        pl.col("synthetic").any(),
+        pl.col("extrapolated").any(),
+        pl.len().alias("seeds"),
+        pl.col("total_train_seconds").median(),
+        pl.col("epoch_seconds_mean").median(),
+        pl.col("steady_epoch_seconds_median").median(),
+        pl.col("final_test_accuracy").median(),
+        pl.col("epochs").first(),
+        pl.col("train_images").first(),
         pl.col("epoch_seconds_mean").alias("epoch_seconds_per_seed"),
     )
     cpu = per_device.filter(pl.col("device") == "cpu").drop("device", "gpu_name")
     gpu = per_device.filter(pl.col("device") != "cpu")
     joined = gpu.join(cpu, on=["source", "model", "variant"], how="full", suffix="_cpu", coalesce=True)
-    missing = runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null()).group_by(["source", "model", "variant"]).agg(
-        pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
+    missing = (
+        runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null())
+        .group_by(["source", "model", "variant"])
+        .agg(pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
+    )
     joined = joined.join(missing, on=["source", "model", "variant"], how="left")
     either_sampled = pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)
     out = joined.select(
-        "source", "model", "variant",
+        "source",
+        "model",
+        "variant",
         pl.coalesce("parameters", "parameters_cpu").alias("parameters"),
         pl.coalesce("train_flops_per_image", "train_flops_per_image_cpu").alias("train_flops_per_image"),
         pl.coalesce("host", "host_cpu").alias("host"),
-        pl.col("device").alias("gpu_device"), "gpu_name",
+        pl.col("device").alias("gpu_device"),
+        "gpu_name",
         pl.col("total_train_seconds_cpu").alias("cpu_seconds"),
         pl.col("total_train_seconds").alias("gpu_seconds"),
         pl.col("epoch_seconds_mean_cpu").alias("cpu_epoch_seconds"),
@@ -274,22 +414,29 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         pl.col("final_test_accuracy_cpu").alias("cpu_accuracy"),
         pl.col("final_test_accuracy").alias("gpu_accuracy"),
         # a sampled run trained on a few steps per epoch: its accuracy is no 10-epoch accuracy, so no parity
-        pl.when(either_sampled).then(None).otherwise(pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu"))
+        pl.when(either_sampled)
+        .then(None)
+        .otherwise(pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu"))
         .alias("accuracy_difference"),
         ((pl.col("epochs") != pl.col("epochs_cpu")) | (pl.col("train_images") != pl.col("train_images_cpu")))
-        .fill_null(False).alias("protocol_mismatch"),
+        .fill_null(False)
+        .alias("protocol_mismatch"),
         (pl.col("synthetic").fill_null(False) | pl.col("synthetic_cpu").fill_null(False)).alias("synthetic"),
         either_sampled.alias("extrapolated"),
         pl.col("extrapolated_cpu").fill_null(False).alias("cpu_extrapolated"),
         pl.col("extrapolated").fill_null(False).alias("gpu_extrapolated"),
-        pl.col("seeds").alias("gpu_seeds"), pl.col("seeds_cpu").alias("cpu_seeds"),
+        pl.col("seeds").alias("gpu_seeds"),
+        pl.col("seeds_cpu").alias("cpu_seeds"),
         "gpu_not_measured_reason",
-        "epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu",
+        "epoch_seconds_per_seed",
+        "epoch_seconds_per_seed_cpu",
     ).with_columns(
         (pl.col("accuracy_difference").abs() <= tolerance).alias("accuracy_parity"),
     )
-    intervals = [analysis.bootstrap_ratio_ci(c or [], g or [])
-                 for c, g in zip(out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list())]
+    intervals = [
+        analysis.bootstrap_ratio_ci(c or [], g or [])
+        for c, g in zip(out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list())
+    ]
     out = out.with_columns(
         pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
         pl.Series("speedup_ci_high", [hi for _, hi in intervals], dtype=pl.Float64),
@@ -303,46 +450,85 @@ def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
     Splits a speedup into what the hardware gives (the baseline's CPU-vs-GPU ratio) and what the way of
     running it adds (each device's own gain from baseline to another variant).
     """
-    per = (runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
-           .group_by(["source", "model", "device", "variant"]).agg(pl.col("epoch_seconds_mean").median(),
-                                                                   pl.col("steady_epoch_seconds_median").median()))
-    base = per.filter(pl.col("variant") == baseline).drop("variant").rename(
-        {"epoch_seconds_mean": "baseline_seconds", "steady_epoch_seconds_median": "baseline_steady_seconds"})
+    per = (
+        runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
+        .group_by(["source", "model", "device", "variant"])
+        .agg(pl.col("epoch_seconds_mean").median(), pl.col("steady_epoch_seconds_median").median())
+    )
+    base = (
+        per.filter(pl.col("variant") == baseline)
+        .drop("variant")
+        .rename({"epoch_seconds_mean": "baseline_seconds", "steady_epoch_seconds_median": "baseline_steady_seconds"})
+    )
     other = per.filter(pl.col("variant") != baseline)
     # gain: over the whole run (a compiled variant pays its compilation in the first epoch); steady_gain: after it
-    return (other.join(base, on=["source", "model", "device"], how="inner")
-            .with_columns(pl.lit(baseline).alias("baseline"),
-                          (pl.col("baseline_seconds") / pl.col("epoch_seconds_mean")).alias("gain"),
-                          (pl.col("baseline_steady_seconds") / pl.col("steady_epoch_seconds_median")).alias("steady_gain"))
-            .select("source", "model", "device", "baseline", "variant", "baseline_seconds",
-                    pl.col("epoch_seconds_mean").alias("variant_seconds"), "gain", "baseline_steady_seconds",
-                    pl.col("steady_epoch_seconds_median").alias("variant_steady_seconds"), "steady_gain")
-            .sort(["source", "model", "device", "variant"]))
+    return (
+        other.join(base, on=["source", "model", "device"], how="inner")
+        .with_columns(
+            pl.lit(baseline).alias("baseline"),
+            (pl.col("baseline_seconds") / pl.col("epoch_seconds_mean")).alias("gain"),
+            (pl.col("baseline_steady_seconds") / pl.col("steady_epoch_seconds_median")).alias("steady_gain"),
+        )
+        .select(
+            "source",
+            "model",
+            "device",
+            "baseline",
+            "variant",
+            "baseline_seconds",
+            pl.col("epoch_seconds_mean").alias("variant_seconds"),
+            "gain",
+            "baseline_steady_seconds",
+            pl.col("steady_epoch_seconds_median").alias("variant_steady_seconds"),
+            "steady_gain",
+        )
+        .sort(["source", "model", "device", "variant"])
+    )
 
 
-SCALING_SCHEMA = {"source": pl.String, "model": pl.String, "variant": pl.String, "device": pl.String,
-                  "base_device": pl.String, "world_size": pl.Int64, "global_batch_size": pl.Int64,
-                  "epoch_seconds": pl.Float64, "base_epoch_seconds": pl.Float64, "speedup": pl.Float64,
-                  "efficiency": pl.Float64, "extrapolated": pl.Boolean}
+SCALING_SCHEMA = {
+    "source": pl.String,
+    "model": pl.String,
+    "variant": pl.String,
+    "device": pl.String,
+    "base_device": pl.String,
+    "world_size": pl.Int64,
+    "global_batch_size": pl.Int64,
+    "epoch_seconds": pl.Float64,
+    "base_epoch_seconds": pl.Float64,
+    "speedup": pl.Float64,
+    "efficiency": pl.Float64,
+    "extrapolated": pl.Boolean,
+}
 
 
 def scaling_frame(runs: pl.DataFrame) -> pl.DataFrame:
     """Data-parallel runs against one process of the same kind (cuda-ddpN against cuda, cpu-ddpN against cpu),
     per source, model and variant: speedup of the steady epoch (the first epoch holds start-up and compilation)
     and scaling efficiency = speedup / processes."""
-    measured = (runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null())
-                .with_columns(pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
-                              pl.col("device").str.replace(r"-ddp\d+$", "").alias("base_device")))
+    measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null()).with_columns(
+        pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
+        pl.col("device").str.replace(r"-ddp\d+$", "").alias("base_device"),
+    )
     per = measured.group_by(["source", "model", "variant", "device", "base_device"]).agg(
-        pl.col("world_size").first(), pl.col("global_batch_size").first(), pl.col("epoch_seconds").median(),
-        pl.col("extrapolated").any())
+        pl.col("world_size").first(),
+        pl.col("global_batch_size").first(),
+        pl.col("epoch_seconds").median(),
+        pl.col("extrapolated").any(),
+    )
     parallel = per.filter(pl.col("world_size") > 1)
     single = per.filter(pl.col("world_size") == 1).select(
-        "source", "model", "variant", pl.col("device").alias("base_device"),
-        pl.col("epoch_seconds").alias("base_epoch_seconds"), pl.col("extrapolated").alias("base_extrapolated"))
+        "source",
+        "model",
+        "variant",
+        pl.col("device").alias("base_device"),
+        pl.col("epoch_seconds").alias("base_epoch_seconds"),
+        pl.col("extrapolated").alias("base_extrapolated"),
+    )
     out = parallel.join(single, on=["source", "model", "variant", "base_device"], how="left").with_columns(
         (pl.col("base_epoch_seconds") / pl.col("epoch_seconds")).alias("speedup"),
-        pl.col("extrapolated") | pl.col("base_extrapolated").fill_null(False))
+        pl.col("extrapolated") | pl.col("base_extrapolated").fill_null(False),
+    )
     out = out.with_columns((pl.col("speedup") / pl.col("world_size")).alias("efficiency"))
     return out.select(list(SCALING_SCHEMA)).cast(SCALING_SCHEMA).sort(["source", "variant", "model", "device"])
 
@@ -351,16 +537,24 @@ def sweeps_frame(runs: pl.DataFrame) -> pl.DataFrame:
     """Sweep runs: seconds per steady epoch and throughput against the swept value, relative to the smallest value."""
     sweeps = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_not_null()).with_columns(
         pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
-        pl.coalesce("steady_images_per_second", "train_images_per_second").alias("images_per_second"))
+        pl.coalesce("steady_images_per_second", "train_images_per_second").alias("images_per_second"),
+    )
     group = ["source", "model", "device", "variant", "sweep_parameter"]
-    return (sweeps.group_by([*group, "sweep_value"]).agg(pl.col("epoch_seconds").median(),
-                                                         pl.col("images_per_second").median(),
-                                                         pl.col("extrapolated").any(),
-                                                         pl.col("oversubscribed").any())
-            .sort([*group, "sweep_value"])
-            .with_columns(pl.col("sweep_value").first().over(group).alias("baseline_value"),
-                          (pl.col("epoch_seconds").first().over(group) / pl.col("epoch_seconds")).alias("speedup_vs_baseline"))
-            .rename({"sweep_parameter": "parameter", "sweep_value": "value"}))
+    return (
+        sweeps.group_by([*group, "sweep_value"])
+        .agg(
+            pl.col("epoch_seconds").median(),
+            pl.col("images_per_second").median(),
+            pl.col("extrapolated").any(),
+            pl.col("oversubscribed").any(),
+        )
+        .sort([*group, "sweep_value"])
+        .with_columns(
+            pl.col("sweep_value").first().over(group).alias("baseline_value"),
+            (pl.col("epoch_seconds").first().over(group) / pl.col("epoch_seconds")).alias("speedup_vs_baseline"),
+        )
+        .rename({"sweep_parameter": "parameter", "sweep_value": "value"})
+    )
 
 
 def thread_fits(sweeps: pl.DataFrame) -> list[dict]:
@@ -368,35 +562,74 @@ def thread_fits(sweeps: pl.DataFrame) -> list[dict]:
     threads = sweeps.filter(pl.col("parameter") == "threads")
     for (source, model, variant), frame in threads.group_by(["source", "model", "variant"], maintain_order=True):
         fit = analysis.thread_fit(frame["value"], frame["epoch_seconds"])
-        rows.append(_fit_row(source, variant, f"CPU threads, {model}: T = a + b / N (estimate = P)", fit,
-                             fit.get("parallel_fraction"), fit.get("parallel_fraction_se")))
+        rows.append(
+            _fit_row(
+                source,
+                variant,
+                f"CPU threads, {model}: T = a + b / N (estimate = P)",
+                fit,
+                fit.get("parallel_fraction"),
+                fit.get("parallel_fraction_se"),
+            )
+        )
     return rows
 
 
 def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
     """Scaling and Amdahl fits per (source, variant), plus the paper's own three points."""
     rows, summary = [], {}
-    groups = [(key, frame) for key, frame in speedup.filter(pl.col("speedup").is_not_null())
-              .group_by(["source", "variant"], maintain_order=True)]
+    groups = [
+        (key, frame)
+        for key, frame in speedup.filter(pl.col("speedup").is_not_null()).group_by(
+            ["source", "variant"], maintain_order=True
+        )
+    ]
     groups.append(((PAPER_SOURCE, "paper"), paper_frame()))
     for (source, variant), frame in sorted(groups, key=lambda g: (g[0][0], g[0][1])):
         group_fits = {"parameters": analysis.scaling_fit(frame["parameters"], frame["speedup"])}
         if "train_flops_per_image" in frame.columns:
-            group_fits["training FLOPs per image"] = analysis.scaling_fit(frame["train_flops_per_image"], frame["speedup"])
+            group_fits["training FLOPs per image"] = analysis.scaling_fit(
+                frame["train_flops_per_image"], frame["speedup"]
+            )
         amdahl = analysis.amdahl_fit(frame["cpu_epoch_seconds"], frame["gpu_epoch_seconds"])
         for predictor, fit in group_fits.items():
-            rows.append(_fit_row(source, variant, f"log speedup ~ log {predictor}", fit,
-                                 fit.get("exponent"), fit.get("exponent_se")))
-        rows.append(_fit_row(source, variant, "T_gpu = s + T_cpu / k (per epoch)", amdahl,
-                             amdahl.get("acceleration"), amdahl.get("acceleration_se"),
-                             amdahl.get("serial_seconds"), amdahl.get("serial_seconds_se")))
-        summary[f"{source} / {variant}"] = {"scaling": group_fits, "amdahl": amdahl,
-                                            "verdict": analysis.compare_predictors(group_fits)}
+            rows.append(
+                _fit_row(
+                    source, variant, f"log speedup ~ log {predictor}", fit, fit.get("exponent"), fit.get("exponent_se")
+                )
+            )
+        rows.append(
+            _fit_row(
+                source,
+                variant,
+                "T_gpu = s + T_cpu / k (per epoch)",
+                amdahl,
+                amdahl.get("acceleration"),
+                amdahl.get("acceleration_se"),
+                amdahl.get("serial_seconds"),
+                amdahl.get("serial_seconds_se"),
+            )
+        )
+        summary[f"{source} / {variant}"] = {
+            "scaling": group_fits,
+            "amdahl": amdahl,
+            "verdict": analysis.compare_predictors(group_fits),
+        }
     if sweeps is not None:
         rows += thread_fits(sweeps)
-    columns = {"source": pl.String, "variant": pl.String, "fit": pl.String, "ok": pl.Boolean, "points": pl.Int64,
-               "estimate": pl.Float64, "estimate_se": pl.Float64, "intercept": pl.Float64,
-               "intercept_se": pl.Float64, "r2": pl.Float64, "note": pl.String}
+    columns = {
+        "source": pl.String,
+        "variant": pl.String,
+        "fit": pl.String,
+        "ok": pl.Boolean,
+        "points": pl.Int64,
+        "estimate": pl.Float64,
+        "estimate_se": pl.Float64,
+        "intercept": pl.Float64,
+        "intercept_se": pl.Float64,
+        "r2": pl.Float64,
+        "note": pl.String,
+    }
     return pl.DataFrame(rows, schema=columns), summary
 
 
@@ -410,26 +643,46 @@ def paper_frame() -> pl.DataFrame:
 
 
 def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, intercept_se=None) -> dict:
-    return {"source": source, "variant": variant, "fit": name, "ok": fit["ok"], "points": fit["n"],
-            "estimate": estimate, "estimate_se": estimate_se,
-            "intercept": intercept if intercept is not None else fit.get("intercept"),
-            "intercept_se": intercept_se if intercept_se is not None else fit.get("intercept_se"),
-            "r2": fit.get("r2"), "note": fit.get("reason") or fit.get("note", "")}
+    return {
+        "source": source,
+        "variant": variant,
+        "fit": name,
+        "ok": fit["ok"],
+        "points": fit["n"],
+        "estimate": estimate,
+        "estimate_se": estimate_se,
+        "intercept": intercept if intercept is not None else fit.get("intercept"),
+        "intercept_se": intercept_se if intercept_se is not None else fit.get("intercept_se"),
+        "r2": fit.get("r2"),
+        "note": fit.get("reason") or fit.get("note", ""),
+    }
 
 
 def overlaps(runs: pl.DataFrame) -> list[dict]:
     """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the workflow)."""
     measured = runs.filter(pl.col("status") == "measured").select(
-        "source", "hostname", "model", "device", "variant", "seed",
-        pl.col("started_at").str.to_datetime(time_zone="UTC"), pl.col("finished_at").str.to_datetime(time_zone="UTC"))
+        "source",
+        "hostname",
+        "model",
+        "device",
+        "variant",
+        "seed",
+        pl.col("started_at").str.to_datetime(time_zone="UTC"),
+        pl.col("finished_at").str.to_datetime(time_zone="UTC"),
+    )
     found = []
     for (source, host), frame in measured.group_by(["source", "hostname"], maintain_order=True):
         items = frame.sort("started_at").to_dicts()
         for i, a in enumerate(items):
-            for b in items[i + 1:]:
+            for b in items[i + 1 :]:
                 if b["started_at"] < a["finished_at"]:
-                    found.append({"source": source, "host": host,
-                                  "runs": [f"{r['model']}/{r['device']}/{r['variant']}/seed{r['seed']}" for r in (a, b)]})
+                    found.append(
+                        {
+                            "source": source,
+                            "host": host,
+                            "runs": [f"{r['model']}/{r['device']}/{r['variant']}/seed{r['seed']}" for r in (a, b)],
+                        }
+                    )
     return found
 
 
@@ -460,8 +713,14 @@ def metrics(speedup: pl.DataFrame, summary: dict) -> dict:
     return _clean(out)
 
 
-def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: Path, tolerance: float,
-        skip_bad: bool = False) -> dict:
+def run(
+    records: list[Path],
+    reference: list[str],
+    out_dir: Path,
+    metrics_path: Path,
+    tolerance: float,
+    skip_bad: bool = False,
+) -> dict:
     """Aggregate this host's records (the study's, listed) and every record under each reference folder."""
     sources = {LOCAL_SOURCE: [Path(p) for p in records]}
     for folder in reference:
@@ -480,19 +739,34 @@ def run(records: list[Path], reference: list[str], out_dir: Path, metrics_path: 
     scaling = scaling_frame(runs)
     fit_table, summary = fits(speedup, sweeps)
     out_dir = Path(out_dir)
-    frames = {"runs": runs, "epochs": epochs, "speedup": speedup, "fits": fit_table, "phases": phases, "gains": gains,
-              "sweeps": sweeps, "sampling": sampling, "scaling": scaling}
+    frames = {
+        "runs": runs,
+        "epochs": epochs,
+        "speedup": speedup,
+        "fits": fit_table,
+        "phases": phases,
+        "gains": gains,
+        "sweeps": sweeps,
+        "sampling": sampling,
+        "scaling": scaling,
+    }
     for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)
     for name, frame in frames.items():
         with fsutil.atomic_path(out_dir / f"{name}.parquet") as tmp:
             frame.write_parquet(tmp, statistics=False)
-    extras = {"skipped_records": skipped, "overlapping_runs": overlaps(runs), "fit_summary": _clean(summary),
-              "sources": {k: len(v) for k, v in sources.items()}}
+    extras = {
+        "skipped_records": skipped,
+        "overlapping_runs": overlaps(runs),
+        "fit_summary": _clean(summary),
+        "sources": {k: len(v) for k, v in sources.items()},
+    }
     fsutil.write_json(out_dir / "notes.json", extras)
     fsutil.write_json(metrics_path, metrics(speedup, summary))
-    log.info("aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir)
+    log.info(
+        "aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir
+    )
     return {**frames, **extras}
 
 

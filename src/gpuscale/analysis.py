@@ -54,15 +54,19 @@ def compare_predictors(fits: dict[str, dict]) -> str:
     """One plain sentence on which predictor of speedup fits better, by R^2 of the log-log fit."""
     usable = {name: f for name, f in fits.items() if f.get("ok")}
     if len(usable) == 1:
-        (name, fit), = usable.items()
-        return (f"Only {name} could be fitted (R² {fit['r2']:.2f}, exponent {fit['exponent']:.2f} ± "
-                f"{fit['exponent_se']:.2f}); no second predictor to compare.")
+        ((name, fit),) = usable.items()
+        return (
+            f"Only {name} could be fitted (R² {fit['r2']:.2f}, exponent {fit['exponent']:.2f} ± "
+            f"{fit['exponent_se']:.2f}); no second predictor to compare."
+        )
     if not usable:
         return "Not enough models measured on both devices to fit or compare predictors (3 or more needed)."
     ranked = sorted(usable.items(), key=lambda item: item[1]["r2"], reverse=True)
     (best, fb), (other, fo) = ranked[0], ranked[1]
-    return (f"Speedup follows {best} (R² {fb['r2']:.2f}, exponent {fb['exponent']:.2f} ± {fb['exponent_se']:.2f}) "
-            f"better than {other} (R² {fo['r2']:.2f}, exponent {fo['exponent']:.2f} ± {fo['exponent_se']:.2f}).")
+    return (
+        f"Speedup follows {best} (R² {fb['r2']:.2f}, exponent {fb['exponent']:.2f} ± {fb['exponent_se']:.2f}) "
+        f"better than {other} (R² {fo['r2']:.2f}, exponent {fo['exponent']:.2f} ± {fo['exponent_se']:.2f})."
+    )
 
 
 def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
@@ -72,12 +76,24 @@ def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
         return fit
     s, inv_k = fit["intercept"], fit["slope"]
     if inv_k <= 0:
-        return {"ok": False, "n": fit["n"], "reason": "fitted slope is not positive: GPU time does not grow with CPU time"}
-    fit.update({"serial_seconds": s, "serial_seconds_se": fit["intercept_se"], "acceleration": 1.0 / inv_k,
-                "acceleration_se": fit["slope_se"] / inv_k**2})
+        return {
+            "ok": False,
+            "n": fit["n"],
+            "reason": "fitted slope is not positive: GPU time does not grow with CPU time",
+        }
+    fit.update(
+        {
+            "serial_seconds": s,
+            "serial_seconds_se": fit["intercept_se"],
+            "acceleration": 1.0 / inv_k,
+            "acceleration_se": fit["slope_se"] / inv_k**2,
+        }
+    )
     if k_undetermined(fit["acceleration"], fit["acceleration_se"]):
-        fit["note"] = ("k undetermined (its ± exceeds it): the GPU epoch hardly grows with the CPU epoch, so nearly "
-                       "all of it is s, the part the GPU does not accelerate")
+        fit["note"] = (
+            "k undetermined (its ± exceeds it): the GPU epoch hardly grows with the CPU epoch, so nearly "
+            "all of it is s, the part the GPU does not accelerate"
+        )
     return fit
 
 
@@ -112,8 +128,9 @@ def bootstrap_ratio_ci(numerator, denominator, resamples: int = 2000, level: flo
     if len(a) == 0 or len(b) == 0 or (len(a) < 2 and len(b) < 2):
         return None, None
     rng = np.random.default_rng(seed)
-    ratios = (np.median(rng.choice(a, size=(resamples, len(a))), axis=1)
-              / np.median(rng.choice(b, size=(resamples, len(b))), axis=1))
+    ratios = np.median(rng.choice(a, size=(resamples, len(a))), axis=1) / np.median(
+        rng.choice(b, size=(resamples, len(b))), axis=1
+    )
     tail = (1 - level) / 2
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
@@ -129,9 +146,18 @@ def thread_fit(threads, seconds) -> dict:
         return fit
     a, b = fit["intercept"], fit["slope"]
     if a + b <= 0 or b <= 0:
-        return {"ok": False, "n": fit["n"], "reason": "time does not fall with more threads: no parallel fraction to fit"}
+        return {
+            "ok": False,
+            "n": fit["n"],
+            "reason": "time does not fall with more threads: no parallel fraction to fit",
+        }
     grad = np.array([-b, a]) / (a + b) ** 2
     cov = np.array([[fit["intercept_se"] ** 2, fit["covariance"]], [fit["covariance"], fit["slope_se"] ** 2]])
-    fit.update({"parallel_fraction": b / (a + b), "parallel_fraction_se": float(np.sqrt(max(grad @ cov @ grad, 0.0))),
-                "one_thread_seconds": a + b})
+    fit.update(
+        {
+            "parallel_fraction": b / (a + b),
+            "parallel_fraction_se": float(np.sqrt(max(grad @ cov @ grad, 0.0))),
+            "one_thread_seconds": a + b,
+        }
+    )
     return fit

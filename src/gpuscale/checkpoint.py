@@ -34,10 +34,21 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)  # torch.compile wraps the module
 
 
-def save(path: Path, *, model, optimizer, scheduler, scaler, generators: list[torch.Generator], identity: dict,
-         epochs: list[dict], segments: list[dict]) -> None:
-    tensors: dict[str, torch.Tensor] = {f"model/{k}": v.detach().cpu().contiguous()
-                                        for k, v in _module(model).state_dict().items()}
+def save(
+    path: Path,
+    *,
+    model,
+    optimizer,
+    scheduler,
+    scaler,
+    generators: list[torch.Generator],
+    identity: dict,
+    epochs: list[dict],
+    segments: list[dict],
+) -> None:
+    tensors: dict[str, torch.Tensor] = {
+        f"model/{k}": v.detach().cpu().contiguous() for k, v in _module(model).state_dict().items()
+    }
     optim = optimizer.state_dict()
     scalars: dict[str, dict] = {}
     for index, state in optim["state"].items():
@@ -51,10 +62,16 @@ def save(path: Path, *, model, optimizer, scheduler, scaler, generators: list[to
         tensors["rng/cuda"] = torch.cuda.get_rng_state()
     for i, generator in enumerate(generators):
         tensors[f"rng/generator{i}"] = generator.get_state()
-    meta = {"version": VERSION, "identity": identity, "epochs": epochs, "segments": segments,
-            "param_groups": optim["param_groups"], "optimizer_scalars": scalars,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "scaler": scaler.state_dict() if scaler is not None else None}
+    meta = {
+        "version": VERSION,
+        "identity": identity,
+        "epochs": epochs,
+        "segments": segments,
+        "param_groups": optim["param_groups"],
+        "optimizer_scalars": scalars,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+    }
     with fsutil.atomic_path(path, suffix=".safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"gpuscale": json.dumps(meta)})
 
@@ -85,7 +102,7 @@ def usable(path: Path, identity: dict) -> dict | None:
 
 def restore(path: Path, meta: dict, *, model, optimizer, scheduler, scaler, generators: list[torch.Generator]) -> None:
     tensors = load_file(str(path))
-    _module(model).load_state_dict({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
+    _module(model).load_state_dict({k[len("model/") :]: v for k, v in tensors.items() if k.startswith("model/")})
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         if key.startswith("optim/"):

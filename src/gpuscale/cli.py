@@ -21,8 +21,13 @@ def setup_logging(log_file: str | None, verbose: bool = False) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     rank = int(os.environ.get("RANK", "0"))
     if rank:  # the other processes of a data-parallel run: warnings only, and never the log file rank 0 writes
-        logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
-                            datefmt="%H:%M:%S", handlers=handlers, force=True)
+        logging.basicConfig(
+            level=logging.WARNING,
+            format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+            handlers=handlers,
+            force=True,
+        )
         return
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -46,8 +51,10 @@ def load_params(args) -> dict:
 
 def cmd_validate(args) -> int:
     config = load_params(args)
-    print(f"ok: {len(params_mod.run_keys(config))} runs "
-          f"({', '.join(config['study']['models'])} on {', '.join(config['study']['devices'])})")
+    print(
+        f"ok: {len(params_mod.run_keys(config))} runs "
+        f"({', '.join(config['study']['models'])} on {', '.join(config['study']['devices'])})"
+    )
     return 0
 
 
@@ -77,9 +84,12 @@ def cmd_train(args) -> int:
         parameter, _, value = args.sweep.partition("=")
         if not value.isdigit():
             raise params_mod.ParamsError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N)")
-        settings = params_mod.sweep_settings(config, args.model, args.device, parameter, int(value), args.variant,
-                                             args.seed)
-        default_out = params_mod.sweep_record_path(args.model, args.device, parameter, int(value), args.variant, args.seed)
+        settings = params_mod.sweep_settings(
+            config, args.model, args.device, parameter, int(value), args.variant, args.seed
+        )
+        default_out = params_mod.sweep_record_path(
+            args.model, args.device, parameter, int(value), args.variant, args.seed
+        )
     else:
         settings = params_mod.run_settings(config, args.model, args.device, args.variant, args.seed)
         default_out = params_mod.record_path(args.model, args.device, args.variant, args.seed)
@@ -90,8 +100,14 @@ def cmd_train(args) -> int:
         if not distributed.launched() and not train.spec_unavailable_reason(args.device):
             return distributed.relaunch(world, args.argv)  # torchrun starts `world` copies of this command
     out = Path(args.out or default_out)
-    train.run(settings, Path(args.data), out, threads=args.threads, label=study.get("label"),
-              resume=config["runtime"]["resume"])
+    train.run(
+        settings,
+        Path(args.data),
+        out,
+        threads=args.threads,
+        label=study.get("label"),
+        resume=config["runtime"]["resume"],
+    )
     return 0
 
 
@@ -104,8 +120,14 @@ def cmd_aggregate(args) -> int:
     if args.reference_only:  # a report of shipped records alone (reference/*/report.html)
         records = []
     report = config["report"]
-    aggregate.run(records, report["reference"], Path(args.out), Path(args.metrics), report["accuracy_tolerance"],
-                  skip_bad=report["skip_bad_records"])
+    aggregate.run(
+        records,
+        report["reference"],
+        Path(args.out),
+        Path(args.metrics),
+        report["accuracy_tolerance"],
+        skip_bad=report["skip_bad_records"],
+    )
     return 0
 
 
@@ -132,7 +154,9 @@ def cmd_models(args) -> int:
     for name, spec in models.MODELS.items():
         model = spec.build(10)
         flops = nets.flops_per_image(model)
-        print(f"{name:<16} {nets.parameter_count(model):>12,} {flops['train_flops_per_image'] / 1e9:>19.4f}  {spec.description}")
+        print(
+            f"{name:<16} {nets.parameter_count(model):>12,} {flops['train_flops_per_image'] / 1e9:>19.4f}  {spec.description}"
+        )
     return 0
 
 
@@ -140,8 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuscale", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--params", action="append", metavar="FILE",
-                        help="params file (default params.yaml); repeat to overlay, later files win")
+    common.add_argument(
+        "--params",
+        action="append",
+        metavar="FILE",
+        help="params file (default params.yaml); repeat to overlay, later files win",
+    )
     common.add_argument("--log", metavar="FILE", help="also write the log to FILE")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -158,8 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", parents=[common], help="train and time one (model, device, variant, seed)")
     p.add_argument("--model", required=True)
-    p.add_argument("--device", required=True,
-                   help="cpu, cuda, cuda-N, mps, or data-parallel cuda-ddpN / cpu-ddpN (started through torchrun's launcher)")
+    p.add_argument(
+        "--device",
+        required=True,
+        help="cpu, cuda, cuda-N, mps, or data-parallel cuda-ddpN / cpu-ddpN (started through torchrun's launcher)",
+    )
     p.add_argument("--variant", default="paper")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
@@ -171,8 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", parents=[common], help="records -> Polars tables, fits and metrics")
     p.add_argument("--out", default="results/tables")
     p.add_argument("--metrics", default="results/metrics.json")
-    p.add_argument("--reference-only", action="store_true",
-                   help="aggregate only the report.reference folders, none of this host's records")
+    p.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="aggregate only the report.reference folders, none of this host's records",
+    )
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("charts", parents=[common], help="tables -> Altair charts (HTML, SVG, Vega-Lite JSON)")

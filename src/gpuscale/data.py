@@ -42,7 +42,12 @@ MANIFEST_VERSION = 1
 # sizes are refused before anything is decompressed (decompression bombs).
 MAX_MEMBER_BYTES = 16 * 1024 * 1024
 MAX_ARCHIVE_BYTES = 4 * 1024 * 1024 * 1024
-NO_NETWORK_MESSAGES = ("Name or service not known", "Temporary failure in name resolution", "No address associated", "Network is unreachable")
+NO_NETWORK_MESSAGES = (
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "No address associated",
+    "Network is unreachable",
+)
 
 
 class DataError(RuntimeError):
@@ -65,11 +70,15 @@ class Dataset:
 def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR-10 binary batch: records of 1 label byte + 3072 bytes (R, G, B planes of 32x32)."""
     if len(raw) % CIFAR_RECORD_BYTES:
-        raise DataError(f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; the archive is corrupt (delete it and download again)")
+        raise DataError(
+            f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; the archive is corrupt (delete it and download again)"
+        )
     records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR_RECORD_BYTES)
     labels = records[:, 0].astype(np.int64)
     if labels.max(initial=0) >= len(CIFAR_CLASSES):
-        raise DataError(f"{name}: label {labels.max()} out of range 0-9; the archive is corrupt (delete it and download again)")
+        raise DataError(
+            f"{name}: label {labels.max()} out of range 0-9; the archive is corrupt (delete it and download again)"
+        )
     images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return np.ascontiguousarray(images), labels
 
@@ -84,24 +93,34 @@ def read_cifar_archive(archive: Path) -> Dataset:
         for member in members.values():
             if _unsafe_name(member.name) or not (member.isfile() or member.isdir()):
                 kind = "link" if member.issym() or member.islnk() else "special file" if not member.isfile() else "path"
-                raise DataError(f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
-                                 f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz")
+                raise DataError(
+                    f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
+                    f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz"
+                )
         if sum(m.size for m in members.values()) > MAX_ARCHIVE_BYTES:
-            raise DataError(f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10")
+            raise DataError(
+                f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10"
+            )
         wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
         missing = [name for name in wanted if name not in members]
         if missing:
-            raise DataError(f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz")
+            raise DataError(
+                f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz"
+            )
 
         def read(name: str) -> bytes:
             member = members[name]
             # Members are read into memory, never extracted, so no path in the archive can write anywhere.
             if not member.isfile() or not 0 < member.size <= CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
-                raise DataError(f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; the archive is corrupt")
+                raise DataError(
+                    f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; the archive is corrupt"
+                )
             try:
                 return tar.extractfile(member).read()
             except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-                raise DataError(f"{archive}: cannot read {name} ({err}); the archive is corrupt (delete it and download again)") from None
+                raise DataError(
+                    f"{archive}: cannot read {name} ({err}); the archive is corrupt (delete it and download again)"
+                ) from None
 
         train = [parse_cifar_batch(read(name), name) for name in CIFAR_TRAIN_MEMBERS]
         test_images, test_labels = parse_cifar_batch(read(CIFAR_TEST_MEMBER), CIFAR_TEST_MEMBER)
@@ -135,9 +154,10 @@ def download(url: str, dest: Path, timeout: float, retries: int) -> None:
                     have = 0  # server ignored the range: start over
                 length = response.headers.get("Content-Length")
                 total = have + int(length) if length else None
-                with open(part, "ab" if resumed else "wb") as handle, tqdm(
-                    total=total, initial=have, unit="B", unit_scale=True, desc=dest.name, mininterval=2.0
-                ) as bar:
+                with (
+                    open(part, "ab" if resumed else "wb") as handle,
+                    tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name, mininterval=2.0) as bar,
+                ):
                     while chunk := response.read(1 << 16):
                         handle.write(chunk)
                         bar.update(len(chunk))
@@ -174,15 +194,21 @@ def cifar10(settings: dict) -> Dataset:
     archive = Path(settings["path"]) if settings["path"] else DEFAULT_ARCHIVE
     if not archive.exists():
         if settings["path"]:
-            raise DataError(f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, or set it to null to download)")
+            raise DataError(
+                f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, or set it to null to download)"
+            )
         log.info("downloading %s to %s", settings["url"], archive)
         download(settings["url"], archive, settings["download_timeout_seconds"], settings["download_retries"])
     md5 = fsutil.md5_file(archive)
     if md5 != settings["md5"]:
         if not settings["path"]:
             archive.unlink()
-            raise DataError(f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; the file was removed, run again to download it anew")
-        raise DataError(f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; replace the file with the official cifar-10-binary.tar.gz")
+            raise DataError(
+                f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; the file was removed, run again to download it anew"
+            )
+        raise DataError(
+            f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; replace the file with the official cifar-10-binary.tar.gz"
+        )
     dataset = read_cifar_archive(archive)
     dataset.source.update({"url": settings["url"], "archive_md5": md5})
     return dataset
@@ -213,8 +239,10 @@ def _decode(raw: bytes, name: str, mode: str, converted: list[str]) -> np.ndarra
             image.load()
             if image.size != IMAGE_SHAPE[:2] or image.mode != "RGB":
                 if mode == "strict":
-                    raise DataError(f"{name}: image is {image.size[0]}x{image.size[1]} {image.mode}, expected 32x32 RGB "
-                                    f"(fix the file, or set data.image_mode: convert to resize and convert it)")
+                    raise DataError(
+                        f"{name}: image is {image.size[0]}x{image.size[1]} {image.mode}, expected 32x32 RGB "
+                        f"(fix the file, or set data.image_mode: convert to resize and convert it)"
+                    )
                 converted.append(name)
                 image = image.convert("RGB").resize(IMAGE_SHAPE[:2], Image.Resampling.BICUBIC)
             return np.asarray(image, dtype=np.uint8)
@@ -247,13 +275,19 @@ def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tupl
     infos = archive.infolist()
     for info in infos:
         if _unsafe_name(info.filename):
-            raise DataError(f"{root}: refused: member {info.filename!r} has an unsafe path (.. or absolute); nothing was extracted")
+            raise DataError(
+                f"{root}: refused: member {info.filename!r} has an unsafe path (.. or absolute); nothing was extracted"
+            )
         if (info.external_attr >> 16) & 0o170000 == 0o120000:
             raise DataError(f"{root}: refused: member {info.filename!r} is a symbolic link")
         if info.file_size > MAX_MEMBER_BYTES:
-            raise DataError(f"{root}: refused: member {info.filename!r} declares {info.file_size} bytes, far above a 32x32 image")
+            raise DataError(
+                f"{root}: refused: member {info.filename!r} declares {info.file_size} bytes, far above a 32x32 image"
+            )
     if sum(i.file_size for i in infos) > MAX_ARCHIVE_BYTES:
-        raise DataError(f"{root}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes in all, far above CIFAR-10")
+        raise DataError(
+            f"{root}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes in all, far above CIFAR-10"
+        )
     for info in sorted(infos, key=lambda i: i.filename):
         parts = [p for p in info.filename.split("/") if p]
         if len(parts) >= 2 and parts[0] in ("train", "test"):
@@ -266,7 +300,9 @@ def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tupl
 
 def imagefolder(settings: dict) -> Dataset:
     if not settings["path"]:
-        raise DataError("data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)")
+        raise DataError(
+            "data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)"
+        )
     root = Path(settings["path"])
     if not root.exists():
         raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
@@ -275,8 +311,10 @@ def imagefolder(settings: dict) -> Dataset:
     entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
     others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
     if others and mode == "strict":
-        raise DataError(f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
-                        f"or set data.image_mode: convert to skip such files")
+        raise DataError(
+            f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
+            f"or set data.image_mode: convert to skip such files"
+        )
     empty = sorted(f"{s}/{c}" for s, c in folders if not any(e[0] == s and e[1] == c for e in entries))
     if empty:
         raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
@@ -298,8 +336,11 @@ def imagefolder(settings: dict) -> Dataset:
             labels[i] = index[cls]
         arrays[split] = (images, labels)
     if converted:
-        log.warning("%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
-                    len(converted), converted[0])
+        log.warning(
+            "%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
+            len(converted),
+            converted[0],
+        )
     source = {"path": str(root), "image_mode": mode, "converted_images": len(converted), "skipped_files": len(others)}
     return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source=source)
 
@@ -344,7 +385,9 @@ def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     per_class = np.full(len(classes), size // len(classes))
     per_class[: size % len(classes)] += 1
     if np.any(per_class > counts):
-        raise DataError(f"a stratified subset of {size} needs {per_class.max()} images of every class; some class has fewer (lower data.train_size / data.test_size)")
+        raise DataError(
+            f"a stratified subset of {size} needs {per_class.max()} images of every class; some class has fewer (lower data.train_size / data.test_size)"
+        )
     chosen = [rng.choice(np.flatnonzero(labels == cls), take, replace=False) for cls, take in zip(classes, per_class)]
     return np.sort(np.concatenate(chosen))
 
@@ -367,7 +410,11 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
         for split, (images, labels) in splits.items():
             for name, array in ((f"{split}_images.npy", images), (f"{split}_labels.npy", labels)):
                 np.save(tmp / name, array, allow_pickle=False)
-                files[name] = {"sha256": fsutil.sha256_file(tmp / name), "shape": list(array.shape), "dtype": str(array.dtype)}
+                files[name] = {
+                    "sha256": fsutil.sha256_file(tmp / name),
+                    "shape": list(array.shape),
+                    "dtype": str(array.dtype),
+                }
         manifest = {
             "manifest_version": MANIFEST_VERSION,
             "source": settings["source"],
@@ -381,12 +428,22 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
                 }
                 for split, (_, labels) in splits.items()
             },
-            "subset": {"train_size": settings["train_size"], "test_size": settings["test_size"], "seed": settings["subset_seed"]},
+            "subset": {
+                "train_size": settings["train_size"],
+                "test_size": settings["test_size"],
+                "seed": settings["subset_seed"],
+            },
             "files": files,
         }
         fsutil.write_json(tmp / "manifest.json", manifest)
-    log.info("prepared %s: %d train / %d test images, %d classes -> %s", settings["source"],
-             len(splits["train"][1]), len(splits["test"][1]), len(dataset.classes), out_dir)
+    log.info(
+        "prepared %s: %d train / %d test images, %d classes -> %s",
+        settings["source"],
+        len(splits["train"][1]),
+        len(splits["test"][1]),
+        len(dataset.classes),
+        out_dir,
+    )
     return manifest
 
 
@@ -406,10 +463,16 @@ def load_prepared(directory: Path | str, verify: bool = True) -> tuple[Dataset, 
             expected = manifest["files"][name]["sha256"]
             path = directory / name
             if not path.exists() or fsutil.sha256_file(path) != expected:
-                raise DataError(f"{path}: does not match its manifest (changed after preparation); run the data stage again (gpuscale data)")
+                raise DataError(
+                    f"{path}: does not match its manifest (changed after preparation); run the data stage again (gpuscale data)"
+                )
     arrays = {name: np.load(directory / name, mmap_mode="r", allow_pickle=False) for name in ARRAY_FILES}
     dataset = Dataset(
-        arrays["train_images.npy"], arrays["train_labels.npy"], arrays["test_images.npy"], arrays["test_labels.npy"],
-        classes=tuple(manifest["classes"]), source=manifest["origin"],
+        arrays["train_images.npy"],
+        arrays["train_labels.npy"],
+        arrays["test_images.npy"],
+        arrays["test_labels.npy"],
+        classes=tuple(manifest["classes"]),
+        source=manifest["origin"],
     )
     return dataset, manifest, fsutil.sha256_file(manifest_path)

@@ -32,8 +32,16 @@ def relaunch(world_size: int, argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+    )
     log.info("data-parallel: %d processes of `gpuscale %s` (torchrun's launcher)", world_size, " ".join(argv))
     try:
         elastic_launch(config, sys.executable)("-m", "gpuscale", *argv)
@@ -68,9 +76,13 @@ class Context:
         return tensor.tolist()
 
     def describe(self) -> dict:
-        return {"world_size": self.world_size, "backend": self.backend, "launcher": "torchrun's (torch.distributed.elastic, standalone c10d rendezvous)",
-                "clock": "rank 0's, every rank meeting at a barrier (after a device synchronise) where it is read",
-                "energy_scope": "rank 0's device only (energy.gpu); CPU package energy covers the host"}
+        return {
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "launcher": "torchrun's (torch.distributed.elastic, standalone c10d rendezvous)",
+            "clock": "rank 0's, every rank meeting at a barrier (after a device synchronise) where it is read",
+            "energy_scope": "rank 0's device only (energy.gpu); CPU package energy covers the host",
+        }
 
 
 def setup(device_type: str, world_size: int) -> Context:

@@ -135,8 +135,15 @@ def capture(device) -> dict:
             "driver_version": _nvml_driver(),
         }
     elif device.type == "mps":
-        gpu = {"index": 0, "name": "Apple MPS", "memory_bytes": None, "multiprocessors": None,
-               "compute_capability": None, "count_on_host": 1, "driver_version": None}
+        gpu = {
+            "index": 0,
+            "name": "Apple MPS",
+            "memory_bytes": None,
+            "multiprocessors": None,
+            "compute_capability": None,
+            "count_on_host": 1,
+            "driver_version": None,
+        }
     return {
         "host": socket.gethostname(),
         "host_fingerprint": host_fingerprint(),

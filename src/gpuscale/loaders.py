@@ -47,8 +47,9 @@ def _seed_worker(worker_id: int) -> None:
     random.seed(seed)
 
 
-def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int,
-                 rank: int = 0, world_size: int = 1):
+def host_loaders(
+    dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int, rank: int = 0, world_size: int = 1
+):
     """The paper's pipeline. With several processes, each trains on its shard (DistributedSampler, which pads
     the shards to one length so every process runs the same number of steps); all evaluate the whole test set."""
     train_tf, test_tf = paper_transforms(settings)
@@ -61,15 +62,26 @@ def host_loaders(dataset: data_stage.Dataset, settings: dict, device: torch.devi
     }
     generator = torch.Generator().manual_seed(seed)
     images = ArrayImages(dataset.train_images, dataset.train_labels, train_tf)
-    sampler = (DistributedSampler(images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-               if world_size > 1 else None)
-    train = DataLoader(images, batch_size=settings["batch_size"], shuffle=sampler is None, sampler=sampler,
-                       generator=generator, **common)
-    test = DataLoader(ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
-                      batch_size=settings["eval_batch_size"], shuffle=False, **common)
+    sampler = (
+        DistributedSampler(images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        if world_size > 1
+        else None
+    )
+    train = DataLoader(
+        images,
+        batch_size=settings["batch_size"],
+        shuffle=sampler is None,
+        sampler=sampler,
+        generator=generator,
+        **common,
+    )
+    test = DataLoader(
+        ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
+        batch_size=settings["eval_batch_size"],
+        shuffle=False,
+        **common,
+    )
     return train, test
-
-
 
 
 class DeviceLoader:
@@ -80,9 +92,19 @@ class DeviceLoader:
     horizontal flip with probability 1/2.
     """
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, settings: dict, device: torch.device,
-                 batch_size: int, train: bool, seed: int, channels_last: bool = False, rank: int = 0,
-                 world_size: int = 1):
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: np.ndarray,
+        settings: dict,
+        device: torch.device,
+        batch_size: int,
+        train: bool,
+        seed: int,
+        channels_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         self.device, self.batch_size, self.train = device, batch_size, train
         self.rank, self.world_size = rank, world_size
         self.images = torch.tensor(np.asarray(images)).to(device).permute(0, 3, 1, 2).contiguous()  # N,C,H,W uint8
@@ -121,14 +143,17 @@ class DeviceLoader:
 
     def __iter__(self):
         count = len(self.labels)
-        order = (torch.randperm(count, device=self.device, generator=self.generator) if self.train
-                 else torch.arange(count, device=self.device))
+        order = (
+            torch.randperm(count, device=self.device, generator=self.generator)
+            if self.train
+            else torch.arange(count, device=self.device)
+        )
         if self.world_size > 1:  # the same permutation in every process (same seed), padded, then its shard
             padded = self._shard_size() * self.world_size
-            order = torch.cat([order, order[:padded - count]])[self.rank::self.world_size]
+            order = torch.cat([order, order[: padded - count]])[self.rank :: self.world_size]
             count = len(order)
         for start in range(0, count, self.batch_size):
-            index = order[start:start + self.batch_size]
+            index = order[start : start + self.batch_size]
             x = self.images[index].float()
             if self.train:
                 x = self._augment(x)
@@ -138,14 +163,34 @@ class DeviceLoader:
             yield x, self.labels[index]
 
 
-def make_loaders(dataset: data_stage.Dataset, settings: dict, knobs: dict, device: torch.device, seed: int,
-                 rank: int = 0, world_size: int = 1):
+def make_loaders(
+    dataset: data_stage.Dataset,
+    settings: dict,
+    knobs: dict,
+    device: torch.device,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+):
     """(train, test) loaders for the variant's `loader` knob: `host` (DataLoader) or `device`; with several
     processes, the training loader hands each its shard."""
     if knobs["loader"] == "device":
         cl = knobs["memory_format"] == "channels_last"
-        return (DeviceLoader(dataset.train_images, dataset.train_labels, settings, device, settings["batch_size"],
-                             True, seed, cl, rank=rank, world_size=world_size),
-                DeviceLoader(dataset.test_images, dataset.test_labels, settings, device, settings["eval_batch_size"],
-                             False, seed, cl))
+        return (
+            DeviceLoader(
+                dataset.train_images,
+                dataset.train_labels,
+                settings,
+                device,
+                settings["batch_size"],
+                True,
+                seed,
+                cl,
+                rank=rank,
+                world_size=world_size,
+            ),
+            DeviceLoader(
+                dataset.test_images, dataset.test_labels, settings, device, settings["eval_batch_size"], False, seed, cl
+            ),
+        )
     return host_loaders(dataset, settings, device, seed, rank=rank, world_size=world_size)

@@ -44,8 +44,9 @@ def torchvision_resnet(arch: str, num_classes: int, cifar_stem: bool) -> nn.Modu
 
 def small_vit(num_classes: int) -> nn.Module:
     """A ViT sized for 32x32 inputs: 4x4 patches (64 tokens + class token), 6 layers, 3 heads, width 192."""
-    return torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=6, num_heads=3,
-                                                hidden_dim=192, mlp_dim=768, num_classes=num_classes)
+    return torchvision.models.VisionTransformer(
+        image_size=32, patch_size=4, num_layers=6, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=num_classes
+    )
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -69,4 +70,3 @@ def flops_per_image(model: nn.Module, image_shape: tuple[int, int, int] = (3, 32
     forward = forward_counter.get_total_flops() // batch
     backward = backward_counter.get_total_flops() // batch
     return {"forward_flops_per_image": int(forward), "train_flops_per_image": int(forward + backward)}
-

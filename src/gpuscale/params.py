@@ -130,22 +130,28 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             )
     for name in config.get("models") or {}:
         if name not in MODEL_NAMES:
-            raise ParamsError(
-                f"{source}: models.{name}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
-            )
+            raise ParamsError(f"{source}: models.{name}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})")
     for index, variant in enumerate(config["study"]["variants"]):
         if variant not in config["variants"]:
-            raise ParamsError(f"{source}: study.variants.{index}: {variant!r} is not defined under variants "
-                              f"(defined: {', '.join(config['variants'])})")
+            raise ParamsError(
+                f"{source}: study.variants.{index}: {variant!r} is not defined under variants "
+                f"(defined: {', '.join(config['variants'])})"
+            )
     for index, name in enumerate(config["sweeps"]["models"]):
         if name not in MODEL_NAMES:
-            raise ParamsError(f"{source}: sweeps.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})")
+            raise ParamsError(
+                f"{source}: sweeps.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
+            )
     if config["sweeps"]["variant"] not in config["variants"]:
-        raise ParamsError(f"{source}: sweeps.variant: {config['sweeps']['variant']!r} is not defined under variants "
-                          f"(defined: {', '.join(config['variants'])})")
+        raise ParamsError(
+            f"{source}: sweeps.variant: {config['sweeps']['variant']!r} is not defined under variants "
+            f"(defined: {', '.join(config['variants'])})"
+        )
     for index, device in enumerate(config["study"]["devices"]):
         if not DEVICE_PATTERN.match(device):
-            raise ParamsError(f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)")
+            raise ParamsError(
+                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)"
+            )
 
 
 def train_settings(config: dict, model: str) -> dict:
@@ -197,10 +203,28 @@ def sweep_keys(config: dict) -> list[dict]:
     sweeps = config["sweeps"]
     keys = []
     for model in sweeps["models"]:
-        keys += [{"model": model, "device": "cpu", "parameter": "threads", "value": n, "variant": sweeps["variant"],
-                  "seed": 0} for n in sweeps["cpu_threads"]]
-        keys += [{"model": model, "device": sweeps["gpu_device"], "parameter": "batch", "value": b,
-                  "variant": sweeps["variant"], "seed": 0} for b in sweeps["gpu_batch_sizes"]]
+        keys += [
+            {
+                "model": model,
+                "device": "cpu",
+                "parameter": "threads",
+                "value": n,
+                "variant": sweeps["variant"],
+                "seed": 0,
+            }
+            for n in sweeps["cpu_threads"]
+        ]
+        keys += [
+            {
+                "model": model,
+                "device": sweeps["gpu_device"],
+                "parameter": "batch",
+                "value": b,
+                "variant": sweeps["variant"],
+                "seed": 0,
+            }
+            for b in sweeps["gpu_batch_sizes"]
+        ]
     return keys
 
 
@@ -219,8 +243,9 @@ def sweep_settings(config: dict, model: str, device: str, parameter: str, value:
     return settings
 
 
-def sweep_record_path(model: str, device: str, parameter: str, value: int, variant: str, seed: int,
-                      root: str = "results/runs") -> str:
+def sweep_record_path(
+    model: str, device: str, parameter: str, value: int, variant: str, seed: int, root: str = "results/runs"
+) -> str:
     return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
 
 

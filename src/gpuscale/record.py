@@ -33,7 +33,9 @@ def validate(record: dict, source: str = "record") -> None:
         import jsonschema
     except ImportError:  # bare GPU host; every consumer validates again on load
         if record.get("schema_version") not in READABLE_VERSIONS:
-            raise RecordError(f"{source}: schema_version is {record.get('schema_version')!r}, expected one of {READABLE_VERSIONS}")
+            raise RecordError(
+                f"{source}: schema_version is {record.get('schema_version')!r}, expected one of {READABLE_VERSIONS}"
+            )
         return
     validator = jsonschema.Draft7Validator(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))

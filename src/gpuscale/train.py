@@ -84,8 +84,11 @@ def make_optimizer(model: nn.Module, settings: dict, runner: variants.Runner | N
         optimizer = cls(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], **extra)
         runner.note_optimizer(False, f"fused optimizer unavailable here ({err}); ran the default implementation")
     sched = settings["scheduler"]
-    scheduler = (torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched["step_size"], gamma=sched["gamma"])
-                 if sched["name"] == "steplr" else None)
+    scheduler = (
+        torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched["step_size"], gamma=sched["gamma"])
+        if sched["name"] == "steplr"
+        else None
+    )
     return optimizer, scheduler
 
 
@@ -119,8 +122,18 @@ def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: 
 STEP_MARKS = (10, 20, 40, 60, 100, 200, 400, 800)
 
 
-def train_epoch(model, loader, device, criterion, optimizer, progress, max_steps: int | None = None,
-                sample_warmup_steps: int = 0, runner: variants.Runner | None = None, sync=None) -> dict:
+def train_epoch(
+    model,
+    loader,
+    device,
+    criterion,
+    optimizer,
+    progress,
+    max_steps: int | None = None,
+    sample_warmup_steps: int = 0,
+    runner: variants.Runner | None = None,
+    sync=None,
+) -> dict:
     """One timed epoch. Loss and accuracy accumulate on the device: no per-step host sync.
 
     With max_steps below the loader's length (the sampled protocol) only that many steps run; the epoch
@@ -299,8 +312,10 @@ def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
         info = meter.describe()
         if info["available"] and all(j is not None for j in joules):
             images = sum(e["train_images"] for e in epochs)
-            info.update(joules_per_epoch=statistics.fmean(joules), images_per_joule=images / sum(joules)
-                        if sum(joules) > 0 else None)
+            info.update(
+                joules_per_epoch=statistics.fmean(joules),
+                images_per_joule=images / sum(joules) if sum(joules) > 0 else None,
+            )
         else:
             info.update(joules_per_epoch=None, images_per_joule=None)
         out[name] = info
@@ -320,8 +335,9 @@ def spec_unavailable_reason(spec: str) -> str | None:
     return None
 
 
-def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None,
-        resume: bool = False) -> dict:
+def run(
+    settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None, resume: bool = False
+) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
     world, device_type = data_parallel_size(settings["device"]), torch_device(settings["device"]).type
     ctx = None
@@ -337,8 +353,16 @@ def run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: s
             distributed.teardown()
 
 
-def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None, resume: bool,
-         ctx, cache: dict | None = None) -> dict:
+def _run(
+    settings: dict,
+    data_dir: Path,
+    out: Path,
+    threads: int | None,
+    label: str | None,
+    resume: bool,
+    ctx,
+    cache: dict | None = None,
+) -> dict:
     """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`.
 
     With `resume`, a checkpoint beside `out` is written after every epoch; a later call for the same run on
@@ -360,8 +384,12 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
         if train_settings["distributed_batch"] == "global":
             per_process = max(1, train_settings["batch_size"] // ctx.world_size)
         train_settings = {**train_settings, "batch_size": per_process}
-        distributed_info = {**ctx.describe(), "distributed_batch": settings["train"]["distributed_batch"],
-                            "per_process_batch_size": per_process, "global_batch_size": per_process * ctx.world_size}
+        distributed_info = {
+            **ctx.describe(),
+            "distributed_batch": settings["train"]["distributed_batch"],
+            "per_process_batch_size": per_process,
+            "global_batch_size": per_process * ctx.world_size,
+        }
         if resume:
             log.warning("runtime.resume is not supported for data-parallel runs yet: running without checkpoints")
             resume = False
@@ -375,7 +403,9 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
     base = {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
-        "key": {k: settings[k] for k in ("model", "device", "variant", "seed") + (("sweep",) if "sweep" in settings else ())},
+        "key": {
+            k: settings[k] for k in ("model", "device", "variant", "seed") + (("sweep",) if "sweep" in settings else ())
+        },
         "label": label,
         "settings": settings,
         "model": model_info(settings["model"], model),
@@ -395,12 +425,25 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
     reason = spec_unavailable_reason(settings["device"])
     if reason:
         if settings["on_missing_device"] == "error":
-            raise TrainError(f"device {settings['device']}: {reason} (study.on_missing_device: error; set it to record to get a 'not measured' record instead)")
+            raise TrainError(
+                f"device {settings['device']}: {reason} (study.on_missing_device: error; set it to record to get a 'not measured' record instead)"
+            )
         log.warning("device %s not measured: %s", settings["device"], reason)
-        result = {**base, "status": "not_measured", "not_measured_reason": reason,
-                  "environment": envinfo.capture(torch.device("cpu")), "timing": None, "epochs": [],
-                  "phase_profile": None, "energy": None, "variant": None,
-                  "quality": None, "distributed": None, "started_at": started_at, "finished_at": now_iso()}
+        result = {
+            **base,
+            "status": "not_measured",
+            "not_measured_reason": reason,
+            "environment": envinfo.capture(torch.device("cpu")),
+            "timing": None,
+            "epochs": [],
+            "phase_profile": None,
+            "energy": None,
+            "variant": None,
+            "quality": None,
+            "distributed": None,
+            "started_at": started_at,
+            "finished_at": now_iso(),
+        }
         record.write(out, result)
         return result
 
@@ -408,29 +451,47 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
     core = model = model.to(device)
     wrap = None
     if ctx is not None:
+
         def wrap(module):
             return nn.parallel.DistributedDataParallel(
-                module, device_ids=[device.index] if device.type == "cuda" else None)
+                module, device_ids=[device.index] if device.type == "cuda" else None
+            )
+
     model = runner.prepare_model(model, wrap=wrap)
     eval_model = model if ctx is None else core  # every process evaluates the whole test set, no collectives
     if train_settings["max_steps_per_epoch"] and runner.effective["compile"] != "none":
-        runner.notes.append("sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
-                            "batch falls outside the timed steps, so the first epoch is underestimated")
+        runner.notes.append(
+            "sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
+            "batch falls outside the timed steps, so the first epoch is underestimated"
+        )
     criterion = nn.CrossEntropyLoss()
     optimizer, scheduler = make_optimizer(model, train_settings, runner)
     train_loader, test_loader = loaders.make_loaders(
-        dataset, train_settings, settings["variant_knobs"], device, settings["seed"],
-        rank=ctx.rank if ctx else 0, world_size=ctx.world_size if ctx else 1)
+        dataset,
+        train_settings,
+        settings["variant_knobs"],
+        device,
+        settings["seed"],
+        rank=ctx.rank if ctx else 0,
+        world_size=ctx.world_size if ctx else 1,
+    )
     sync = None
     if ctx is not None:
+
         def sync():
             synchronize(device)
             ctx.barrier()
+
     environment = envinfo.capture(device)
     tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
-    log.info("%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
-             tag, base["model"]["parameters"], base["model"]["train_flops_per_image"] / 1e9, threads,
-             environment["gpu"]["name"] if environment["gpu"] else environment["cpu_model"])
+    log.info(
+        "%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
+        tag,
+        base["model"]["parameters"],
+        base["model"]["train_flops_per_image"] / 1e9,
+        threads,
+        environment["gpu"]["name"] if environment["gpu"] else environment["cpu_model"],
+    )
     epochs_total = train_settings["epochs"]
     steps_per_epoch = len(train_loader)
     every = train_settings["log_every_steps"]
@@ -445,44 +506,80 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
         from gpuscale import checkpoint
 
         ckpt_path = checkpoint.path_for(out)
-        ckpt_identity = {"host_fingerprint": envinfo.host_fingerprint(), "settings_sha256": hashlib.sha256(
-            json.dumps(settings, sort_keys=True).encode()).hexdigest(), "manifest_sha256": manifest_sha256}
+        ckpt_identity = {
+            "host_fingerprint": envinfo.host_fingerprint(),
+            "settings_sha256": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
+            "manifest_sha256": manifest_sha256,
+        }
         meta = checkpoint.usable(ckpt_path, ckpt_identity)
         if meta is not None:
-            checkpoint.restore(ckpt_path, meta, model=model, optimizer=optimizer, scheduler=scheduler,
-                               scaler=runner.scaler, generators=generators)
+            checkpoint.restore(
+                ckpt_path,
+                meta,
+                model=model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                scaler=runner.scaler,
+                generators=generators,
+            )
             epochs, segments = meta["epochs"], [*meta["segments"], segment]
-            log.info("%s resumed from %s after epoch %d (timed by process %s)", tag, ckpt_path, len(epochs),
-                     ", ".join(str(s["pid"]) for s in meta["segments"]))
+            log.info(
+                "%s resumed from %s after epoch %d (timed by process %s)",
+                tag,
+                ckpt_path,
+                len(epochs),
+                ", ".join(str(s["pid"]) for s in meta["segments"]),
+            )
     first_epoch = len(epochs) + 1
     setup_seconds = time.perf_counter() - wall_start
     for epoch in range(first_epoch, epochs_total + 1):
+
         def progress(step, images_seen, loss_sum, start, epoch=epoch):
             if step % every == 0 or step == steps_per_epoch:
                 loss = loss_sum() / images_seen  # syncs, so only every `every` steps
                 rate = images_seen / (time.perf_counter() - start)
-                log.info("%s epoch %d/%d step %d/%d loss %.4f %.0f img/s", tag, epoch, epochs_total,
-                         step, steps_per_epoch, loss, rate)
+                log.info(
+                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s",
+                    tag,
+                    epoch,
+                    epochs_total,
+                    step,
+                    steps_per_epoch,
+                    loss,
+                    rate,
+                )
 
         learning_rate = optimizer.param_groups[0]["lr"]
         if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
             train_loader.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same in every process
         joules_before = (gpu_energy.read(), cpu_energy.read())
         try:
-            stats = train_epoch(model, train_loader, device, criterion, optimizer, progress,
-                                max_steps=train_settings["max_steps_per_epoch"],
-                                sample_warmup_steps=train_settings["sample_warmup_steps"], runner=runner, sync=sync)
+            stats = train_epoch(
+                model,
+                train_loader,
+                device,
+                criterion,
+                optimizer,
+                progress,
+                max_steps=train_settings["max_steps_per_epoch"],
+                sample_warmup_steps=train_settings["sample_warmup_steps"],
+                runner=runner,
+                sync=sync,
+            )
         except torch.OutOfMemoryError:
-            raise TrainError(f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
-                             f"lower train.batch_size or models.{settings['model']}.batch_size") from None
+            raise TrainError(
+                f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
+                f"lower train.batch_size or models.{settings['model']}.batch_size"
+            ) from None
         joules = [None if a is None else b - a for a, b in zip(joules_before, (gpu_energy.read(), cpu_energy.read()))]
         if stats["extrapolated"]:
             joules = [None if j is None else j * stats["train_seconds"] / stats["measured_seconds"] for j in joules]
         stats["energy_joules"] = {"gpu": joules[0], "cpu": joules[1]}
         if ctx is not None:  # loss and accuracy over every process's shard (after the clock stopped)
             seen = stats["train_images"] if not stats["extrapolated"] else stats["measured_steps"]
-            loss_sum, correct, images = ctx.sum([stats["train_loss"] * seen, stats["train_accuracy"] * seen, seen],
-                                                device)
+            loss_sum, correct, images = ctx.sum(
+                [stats["train_loss"] * seen, stats["train_accuracy"] * seen, seen], device
+            )
             stats.update(train_loss=loss_sum / images, train_accuracy=correct / images)
             if not stats["extrapolated"]:  # a sampled epoch already counts the whole dataset
                 stats.update(train_images=int(images), images_per_second=images / stats["train_seconds"])
@@ -494,27 +591,58 @@ def _run(settings: dict, data_dir: Path, out: Path, threads: int | None, label: 
         synchronize(device)
         eval_seconds = time.perf_counter() - eval_start
         # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
-        epochs.append({"epoch": epoch, "warmup": epoch == first_epoch, **stats, "eval_seconds": eval_seconds,
-                       "test_loss": test_loss, "test_accuracy": test_accuracy, "learning_rate": learning_rate})
+        epochs.append(
+            {
+                "epoch": epoch,
+                "warmup": epoch == first_epoch,
+                **stats,
+                "eval_seconds": eval_seconds,
+                "test_loss": test_loss,
+                "test_accuracy": test_accuracy,
+                "learning_rate": learning_rate,
+            }
+        )
         segment["epochs"].append(epoch)
-        log.info("%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
-                 tag, epoch, epochs_total, stats["train_seconds"], stats["images_per_second"], stats["train_loss"],
-                 100 * test_accuracy, eval_seconds)
+        log.info(
+            "%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
+            tag,
+            epoch,
+            epochs_total,
+            stats["train_seconds"],
+            stats["images_per_second"],
+            stats["train_loss"],
+            100 * test_accuracy,
+            eval_seconds,
+        )
         if ckpt_path is not None and epoch < epochs_total:
-            checkpoint.save(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=runner.scaler,
-                            generators=generators, identity=ckpt_identity, epochs=epochs, segments=segments)
+            checkpoint.save(
+                ckpt_path,
+                model=model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                scaler=runner.scaler,
+                generators=generators,
+                identity=ckpt_identity,
+                epochs=epochs,
+                segments=segments,
+            )
 
     phase_profile = None
     if train_settings["phase_profile_steps"]:
-        phase_profile = profile_phases(model, train_loader, device, criterion, optimizer,
-                                       train_settings["phase_profile_steps"], runner)
+        phase_profile = profile_phases(
+            model, train_loader, device, criterion, optimizer, train_settings["phase_profile_steps"], runner
+        )
         steady = [e for e in epochs if not e["warmup"]] or epochs
         clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
         phase_profile["clean_step_seconds"] = clean
         phase_profile["overhead_fraction"] = phase_profile["instrumented_step_seconds"] / clean - 1.0
-        log.info("%s phases per step: %s (instrumented step %.4f s vs clean %.4f s)", tag,
-                 ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in phase_profile["phase_seconds_per_step"].items()),
-                 phase_profile["instrumented_step_seconds"], clean)
+        log.info(
+            "%s phases per step: %s (instrumented step %.4f s vs clean %.4f s)",
+            tag,
+            ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in phase_profile["phase_seconds_per_step"].items()),
+            phase_profile["instrumented_step_seconds"],
+            clean,
+        )
     clock = "perf_counter after torch.cuda.synchronize" if device.type == "cuda" else "perf_counter"
     result = {
         **base,

@@ -17,8 +17,15 @@ import torch
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The knobs of params.yaml's `paper` variant, for callers that train without params (benchmarks).
-PAPER_KNOBS = {"precision": "default", "memory_format": "contiguous", "compile": "none", "compile_cache": "cold",
-               "loader": "host", "fused_optimizer": False, "cudnn_benchmark": False}
+PAPER_KNOBS = {
+    "precision": "default",
+    "memory_format": "contiguous",
+    "compile": "none",
+    "compile_cache": "cold",
+    "loader": "host",
+    "fused_optimizer": False,
+    "cudnn_benchmark": False,
+}
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
@@ -34,6 +41,7 @@ def inductor_cache_dir() -> str:
         return os.environ["TORCHINDUCTOR_CACHE_DIR"]
     try:  # private, but it is what Inductor itself calls
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
         return default_cache_dir()
     except ImportError:
         return os.path.join(tempfile.gettempdir(), "torchinductor_" + (os.environ.get("USER") or "unknown"))
@@ -89,8 +97,9 @@ class Runner:
             self.notes.append(f"{knobs['precision']} autocast unavailable on this CPU: ran fp32")
             self.autocast_dtype = None
         self.effective["autocast"] = str(self.autocast_dtype).replace("torch.", "") if self.autocast_dtype else None
-        self.scaler = (torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 and device.type == "cuda"
-                       else None)
+        self.scaler = (
+            torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 and device.type == "cuda" else None
+        )
         self.channels_last = knobs["memory_format"] == "channels_last"
 
     def _backend(self) -> None:
@@ -106,8 +115,9 @@ class Runner:
             self.effective["matmul_tf32"] = torch.backends.cuda.matmul.allow_tf32
             self.effective["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
         # autotuning picks algorithms by timing: never together with deterministic mode
-        torch.backends.cudnn.benchmark = (bool(self.knobs["cudnn_benchmark"])
-                                          and not torch.are_deterministic_algorithms_enabled())
+        torch.backends.cudnn.benchmark = (
+            bool(self.knobs["cudnn_benchmark"]) and not torch.are_deterministic_algorithms_enabled()
+        )
         self.effective["cudnn_benchmark"] = torch.backends.cudnn.benchmark
 
     def _cpu_autocast_ok(self) -> bool:
