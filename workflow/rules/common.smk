@@ -46,6 +46,8 @@ CODE = {
     "report": [f"{PKG}/cli.py", f"{PKG}/report.py", f"{PKG}/charts.py", f"{PKG}/paper.py", f"{PKG}/fsutil.py",
                f"{PKG}/templates/report.html.j2"],
 }
+for _stage in CODE:  # the dispatcher's module of each stage's command (cli.py imports only that one)
+    CODE[_stage] += [f"{PKG}/commands/__init__.py", f"{PKG}/commands/{_stage}.py"]
 
 
 def all_records():

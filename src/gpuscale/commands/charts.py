@@ -1,0 +1,26 @@
+"""gpuscale charts: tables -> Altair charts (HTML, SVG, Vega-Lite JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuscale.commands import load_params
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--tables", default="results/tables")
+    parser.add_argument("--out", default="reports/charts")
+
+
+def errors() -> tuple:
+    from gpuscale.aggregate import AggregateError
+
+    return (AggregateError,)
+
+
+def run(args) -> int:
+    from gpuscale import charts
+
+    config = load_params(args)
+    charts.run(Path(args.tables), Path(args.out), config["report"]["accuracy_tolerance"])
+    return 0

@@ -1,0 +1,14 @@
+"""gpuscale host: write this host's hardware fingerprint."""
+
+from __future__ import annotations
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default="results/host.json")
+
+
+def run(args) -> int:
+    from gpuscale import envinfo, fsutil
+
+    fsutil.write_json(args.out, {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()})
+    return 0

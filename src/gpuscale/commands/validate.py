@@ -1,0 +1,20 @@
+"""gpuscale validate: check params files (and overlays) and exit."""
+
+from __future__ import annotations
+
+from gpuscale.commands import load_params
+
+
+def add_arguments(parser) -> None:
+    pass
+
+
+def run(args) -> int:
+    from gpuscale import params
+
+    config = load_params(args)
+    print(
+        f"ok: {len(params.run_keys(config))} runs "
+        f"({', '.join(config['study']['models'])} on {', '.join(config['study']['devices'])})"
+    )
+    return 0
