@@ -13,19 +13,25 @@ CORES ?= 4
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $@
+	$(PYTHON) -m venv $(call q,$(VENV))
+	$(call q,$(BIN)/pip) install -q --upgrade pip
+	$(call q,$(BIN)/pip) install -q -e '.[test]'
+	touch $(call q,$@)
+
+# Every path reaches the shell quoted ($(call q,...)); the overlays are validated first (one line, file and line).
+q = '$(subst ','\'',$(1))'
+OVERLAYS = $(foreach f,$(CONFIGS),$(call q,$(f)))
 
 reproduce: install
-	source $(BIN)/activate && snakemake --cores $(CORES) $(if $(strip $(CONFIGS)),--configfile $(CONFIGS))
+	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml $(foreach f,$(OVERLAYS),--params $(f)) \
+	  && snakemake --cores $(call q,$(CORES)) $(if $(strip $(CONFIGS)),--configfile $(OVERLAYS))
 
 quick: install
-	source $(BIN)/activate && snakemake --cores $(CORES) --configfile config/quick.yaml $(CONFIGS)
+	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml --params config/quick.yaml $(foreach f,$(OVERLAYS),--params $(f)) \
+	  && snakemake --cores $(call q,$(CORES)) --configfile config/quick.yaml $(OVERLAYS)
 
 test: install browser slurm
-	source $(BIN)/activate && pytest -q $(PYTEST_ARGS)
+	source $(call q,$(BIN)/activate) && pytest -q $(PYTEST_ARGS)
 
 # The report is tested in Debian's Chromium (driven by playwright, which downloads no browser).
 browser:

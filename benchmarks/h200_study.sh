@@ -15,21 +15,21 @@
 set -uo pipefail
 ZIP=$1; OUT=$2; BUDGET=$3; OVERLAY=$4; shift 4
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
-G="python3 -m gpuscale"
+G=(python3 -m gpuscale)
 WORK=${WORK:-/tmp/gpuscale-study}
 mkdir -p "$WORK/runs" "$WORK/logs" "$OUT"
-printf 'data: {source: imagefolder, path: %s}\n' "$ZIP" > /tmp/gpuscale-zip.yaml
+printf 'data: {source: imagefolder, path: %s}\n' "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$ZIP")" > /tmp/gpuscale-zip.yaml
 printf 'runtime: {resume: true}\n' > /tmp/gpuscale-resume.yaml
 done_runs=(); done_logs=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 
 use_overlay() {  # sets P (the params chain) and DATA (the prepared data for it), preparing it if new
   OVERLAY=$1
-  P="--params params.yaml --params /tmp/gpuscale-zip.yaml --params $OVERLAY"
+  P=(--params params.yaml --params /tmp/gpuscale-zip.yaml --params "$OVERLAY")
   DATA=/tmp/prepared
   if grep -q '^data:' "$OVERLAY"; then DATA=/tmp/prepared-$(basename "$OVERLAY" .yaml); fi
   if [[ ! -d $DATA ]]; then
-    $G data $P --out "$DATA" 2>&1 | tail -1; echo "[data for $OVERLAY ready at ${SECONDS}s]"
+    "${G[@]}" data "${P[@]}" --out "$DATA" 2>&1 | tail -1; echo "[data for $OVERLAY ready at ${SECONDS}s]"
   fi
 }
 
@@ -48,7 +48,7 @@ for spec in "$@"; do
   log="$WORK/logs/$name.log"; n=1
   while [[ -e $log ]]; do n=$((n + 1)); log="$WORK/logs/$name.process$n.log"; done
   record="$WORK/runs/$model/$device/$file"
-  timeout --signal=TERM $((BUDGET - SECONDS)) $G train $P "${RP[@]}" --model "$model" --device "$device" \
+  timeout --signal=TERM $((BUDGET - SECONDS)) "${G[@]}" train "${P[@]}" "${RP[@]}" --model "$model" --device "$device" \
     --variant "$variant" --seed "$seed" --threads "$(nproc)" "${extra[@]}" --data "$DATA" --out "$record" \
     --log "$log" >/dev/null 2>&1
   rc=$?

@@ -3,10 +3,10 @@
 #   benchmarks/reference_report.sh reference/h200-2026-12-02
 set -euo pipefail
 DIR=${1%/}; TMP=$(mktemp -d)
-P="--params params.yaml --params $DIR/report.yaml"
-gpuscale aggregate $P --reference-only --out "$TMP/tables" --metrics "$TMP/metrics.json"
-gpuscale charts $P --tables "$TMP/tables" --out "$TMP/charts"
-gpuscale report $P --tables "$TMP/tables" --charts "$TMP/charts" --out "$DIR/report.html"
+P=(--params params.yaml --params "$DIR/report.yaml")
+gpuscale aggregate "${P[@]}" --reference-only --out "$TMP/tables" --metrics "$TMP/metrics.json"
+gpuscale charts "${P[@]}" --tables "$TMP/tables" --out "$TMP/charts"
+gpuscale report "${P[@]}" --tables "$TMP/tables" --charts "$TMP/charts" --out "$DIR/report.html"
 python3 - "$TMP/charts" docs <<'PY'
 import json, pathlib, sys
 import vl_convert

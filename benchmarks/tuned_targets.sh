@@ -9,10 +9,11 @@
 set -uo pipefail
 ZIP=$1; OUT=$2; BUDGET=${3:-560}
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
-G="python3 -m gpuscale"
+G=(python3 -m gpuscale)
+yq() { python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1"; }  # a YAML-safe quoted string
 mkdir -p "$OUT/runs" "$OUT/logs"
 cat > /tmp/gpuscale-targets.yaml <<YAML
-data: {source: imagefolder, path: $ZIP}
+data: {source: imagefolder, path: $(yq "$ZIP")}
 study: {label: "H200 section 8 targets: tuned variants, 3 epochs"}
 train: {epochs: 3, log_every_steps: 100, phase_profile_steps: 30}
 models:
@@ -24,17 +25,17 @@ variants:
   tuned_graphs: {precision: bf16, memory_format: channels_last, compile: reduce-overhead, loader: device,
                  fused_optimizer: true, cudnn_benchmark: true}
 YAML
-P="--params params.yaml --params /tmp/gpuscale-targets.yaml"
+P=(--params params.yaml --params /tmp/gpuscale-targets.yaml)
 fits() { (( SECONDS + $1 < BUDGET )) || { echo "[skipped: $2, ~$1 s would pass the ${BUDGET}s budget]"; false; }; }
 train() {  # estimate model variant
   fits "$1" "$2 $3" || return 0
-  $G train $P --model "$2" --device cuda --variant "$3" --threads "$(nproc)" --data /tmp/prepared \
+  "${G[@]}" train "${P[@]}" --model "$2" --device cuda --variant "$3" --threads "$(nproc)" --data /tmp/prepared \
     --out "$OUT/runs/$2/cuda/$3-seed0.json" --log "$OUT/logs/$2-$3.log" >/dev/null 2>&1
   grep -hE "epoch 3/3 done|phases per step|rror" "$OUT/logs/$2-$3.log" | sed "s/^/[$2 $3] /"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-$G data $P --out /tmp/prepared 2>&1 | tail -1
+"${G[@]}" data "${P[@]}" --out /tmp/prepared 2>&1 | tail -1
 echo "[data prepared at ${SECONDS}s]"
 train 40 resnet18_cifar tuned
 train 40 resnet50 tuned

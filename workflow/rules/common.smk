@@ -2,6 +2,7 @@
 # the code each stage runs (its inputs), and the hand-over to DVC when the workflow succeeds.
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ if workflow.config_settings.config:
     sys.exit("gpuscale: --config values do not reach the stage commands; put them in an overlay file and pass --configfile FILE")
 
 PARAMS_FILES = _params_files()
-PARAMS_ARGS = " ".join(f"--params {f}" for f in PARAMS_FILES)
+PARAMS_ARGS = " ".join(f"--params {shlex.quote(f)}" for f in PARAMS_FILES)  # quoted: reaches the shell
 try:
     gp.load([Path(f) for f in PARAMS_FILES])
 except gp.ParamsError as err:

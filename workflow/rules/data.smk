@@ -11,7 +11,7 @@ rule host:
     message:
         "Fingerprinting this host's hardware"
     shell:
-        "gpuscale host --out {output.host} --log {log}"
+        "gpuscale host --out {output.host:q} --log {log:q}"
 
 
 rule data:
@@ -28,4 +28,4 @@ rule data:
     message:
         "Preparing the {params.data[source]} dataset"
     shell:
-        "gpuscale data {params.params_args} --out {output.prepared} --log {log}"
+        "gpuscale data {params.params_args} --out {output.prepared:q} --log {log:q}"

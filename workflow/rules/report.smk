@@ -35,7 +35,7 @@ rule aggregate:
     message:
         "Aggregating run records into tables"
     shell:
-        "gpuscale aggregate {params.params_args} --out results/tables --metrics {output.metrics} --log {log}"
+        "gpuscale aggregate {params.params_args} --out results/tables --metrics {output.metrics:q} --log {log:q}"
 
 
 rule charts:
@@ -61,7 +61,7 @@ rule charts:
     message:
         "Drawing the charts"
     shell:
-        "gpuscale charts {params.params_args} --tables results/tables --out {output.charts} --log {log}"
+        "gpuscale charts {params.params_args} --tables results/tables --out {output.charts:q} --log {log:q}"
 
 
 rule report:
@@ -88,4 +88,4 @@ rule report:
     message:
         "Writing the HTML report"
     shell:
-        "gpuscale report {params.params_args} --tables results/tables --charts {input.charts} --out {output.html} --log {log}"
+        "gpuscale report {params.params_args} --tables results/tables --charts {input.charts:q} --out {output.html:q} --log {log:q}"

@@ -23,9 +23,9 @@ rule train:
     message:
         "Training {wildcards.model} on {wildcards.device} ({wildcards.variant}, seed {wildcards.seed})"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model} --device {wildcards.device}"
-        " --variant {wildcards.variant} --seed {wildcards.seed} --threads {threads}"
-        " --data {input.data} --out {output.record} --log {log}"
+        "gpuscale train {params.params_args} --model {wildcards.model:q} --device {wildcards.device:q}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed:q} --threads {threads}"
+        " --data {input.data:q} --out {output.record:q} --log {log:q}"
 
 
 rule sweep_threads:
@@ -50,9 +50,9 @@ rule sweep_threads:
     message:
         "Thread sweep: {wildcards.model} on cpu with {wildcards.value} threads"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model} --device cpu --variant {wildcards.variant}"
-        " --seed {wildcards.seed} --sweep threads={wildcards.value}"
-        " --data {input.data} --out {output.record} --log {log}"
+        "gpuscale train {params.params_args} --model {wildcards.model:q} --device cpu --variant {wildcards.variant:q}"
+        " --seed {wildcards.seed:q} --sweep threads={wildcards.value:q}"
+        " --data {input.data:q} --out {output.record:q} --log {log:q}"
 
 
 rule sweep_batch:
@@ -78,6 +78,6 @@ rule sweep_batch:
     message:
         "Batch sweep: {wildcards.model} on {wildcards.device} at batch {wildcards.value}"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model} --device {wildcards.device}"
-        " --variant {wildcards.variant} --seed {wildcards.seed} --sweep batch={wildcards.value} --threads {threads}"
-        " --data {input.data} --out {output.record} --log {log}"
+        "gpuscale train {params.params_args} --model {wildcards.model:q} --device {wildcards.device:q}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed:q} --sweep batch={wildcards.value:q} --threads {threads}"
+        " --data {input.data:q} --out {output.record:q} --log {log:q}"

@@ -1,0 +1,69 @@
+"""Every path or name that reaches a shell is quoted (issue 16): Snakemake rules, the Makefile, the scripts."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+from conftest import REPO, TINY, copy_project, run, tool_env, write_yaml
+
+RULES = sorted((REPO / "workflow/rules").glob("*.smk"))
+UNQUOTED_OK = {"params.params_args", "threads"}  # quoted where built (common.smk) / an integer
+
+
+def shell_fields(text: str) -> list[str]:
+    fields = []
+    for block in re.findall(r"    shell:\n((?:        \".*\"\n)+)", text):
+        fields += re.findall(r"\{([^{}]+)\}", block)
+    return fields
+
+
+@pytest.mark.parametrize("rules", RULES, ids=lambda p: p.name)
+def test_every_field_of_every_shell_command_is_quoted(rules):
+    fields = shell_fields(rules.read_text())
+    assert all(f.endswith(":q") or f in UNQUOTED_OK for f in fields), [f for f in fields if not f.endswith(":q")]
+
+
+def test_params_args_are_quoted_where_built():
+    assert "shlex.quote(f)" in (REPO / "workflow/rules/common.smk").read_text()
+
+
+@pytest.mark.e2e
+def test_an_overlay_whose_name_holds_a_space_and_a_semicolon_reaches_the_command_whole(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    overlay = write_yaml(repo / "my overlay;echo pwned.yaml", TINY)
+    done = run(["snakemake", "-n", "-p", "--cores", "1", "--configfile", overlay.name], repo)
+    commands = [line.split(":", 1)[1] for line in done.stdout.splitlines() if line.startswith("Shell command: ")]
+    assert len(commands) >= 5, done.stdout[-2000:]
+    for command in commands:
+        words = shlex.split(command)
+        if "--params" in words:
+            assert words[words.index("--params", words.index("--params") + 1) + 1] == overlay.name
+
+
+def test_make_quotes_overlays_and_validates_them_before_snakemake(tmp_path):
+    done = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", "reproduce", "CONFIGS=config/quick.yaml it's;here.yaml"],
+        cwd=REPO,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = done.stdout.replace("\\\n", " ").strip().splitlines()[-1]
+    words = shlex.split(line)
+    assert words[words.index("validate") - 1] == "gpuscale" and words.index("validate") < words.index("snakemake")
+    start = words.index("validate")
+    assert "it's;here.yaml" in words[start : words.index("&&", start)]
+    assert words[-2:] == ["config/quick.yaml", "it's;here.yaml"]
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")), ids=lambda p: p.name)
+def test_scripts_pass_params_and_commands_as_arrays_not_split_strings(script):
+    text = script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert not re.search(r'^\s*[PSG]="', text, re.M), "a params chain or command held in a string is word-split"
+    assert not re.search(r"\$[PSG]\b", text), "an unquoted $P/$S/$G expansion"
+    assert "path: $ZIP" not in text, "a path written into YAML unquoted"
