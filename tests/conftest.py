@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# The host-wide timing lock of this test session's own (tests must not wait for, nor block, real timing jobs).
+os.environ["GPUSCALE_LOCK_DIR"] = tempfile.mkdtemp(prefix="gpuscale-test-lock-")
 
 
 def tool_env() -> dict:

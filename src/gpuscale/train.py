@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, loaders, nets, record, sampling, variants
+from gpuscale import energy, envinfo, loaders, nets, record, sampling, timinglock, variants
 from gpuscale.models import MODELS
 from gpuscale.params import data_parallel_size
 
@@ -345,8 +345,11 @@ def run(
         from gpuscale import distributed
 
         ctx = distributed.setup(device_type, world)
-    try:
-        with variants.compile_cache(settings["variant_knobs"], device_type) as cache:
+    try:  # the host-wide timing lock (gpuscale.timinglock): re-entrant, so a no-op where `gpuscale train` took it
+        with (
+            timinglock.hold(watch_parent=False),
+            variants.compile_cache(settings["variant_knobs"], device_type) as cache,
+        ):
             return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
         if ctx is not None:
@@ -433,7 +436,7 @@ def _run(
             **base,
             "status": "not_measured",
             "not_measured_reason": reason,
-            "environment": envinfo.capture(torch.device("cpu")),
+            "environment": {**envinfo.capture(torch.device("cpu")), "timing_lock": timinglock.describe()},
             "timing": None,
             "epochs": [],
             "phase_profile": None,
@@ -483,6 +486,7 @@ def _run(
             ctx.barrier()
 
     environment = envinfo.capture(device)
+    environment["timing_lock"] = timinglock.describe()  # {path, held, waited_seconds, holder_pid}
     tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
     log.info(
         "%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",

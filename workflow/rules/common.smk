@@ -49,6 +49,7 @@ CODE = {
 }
 for _stage in CODE:  # the dispatcher's module of each stage's command (cli.py imports only that one)
     CODE[_stage] += [f"{PKG}/commands/__init__.py", f"{PKG}/commands/{_stage}.py"]
+CODE["train"] += [f"{PKG}/timinglock.py"]
 
 
 def all_records():

@@ -29,13 +29,14 @@ def add_arguments(parser) -> None:
 
 def errors() -> tuple:
     from gpuscale.data import DataError
+    from gpuscale.timinglock import TimingLockError
     from gpuscale.train import TrainError
 
-    return (DataError, TrainError)
+    return (DataError, TrainError, TimingLockError)
 
 
 def run(args) -> int:
-    from gpuscale import params, train
+    from gpuscale import params, timinglock, train
 
     config = load_params(args)
     study = config["study"]
@@ -52,19 +53,22 @@ def run(args) -> int:
     else:
         settings = params.run_settings(config, args.model, args.device, args.variant, args.seed)
         default_out = params.record_path(args.model, args.device, args.variant, args.seed)
-    world = params.data_parallel_size(args.device)
-    if world > 1:
-        from gpuscale import distributed
-
-        if not distributed.launched() and not train.spec_unavailable_reason(args.device):
-            return distributed.relaunch(world, args.argv)  # torchrun starts `world` copies of this command
     out = Path(args.out or default_out)
-    train.run(
-        settings,
-        Path(args.data),
-        out,
-        threads=args.threads,
-        label=study.get("label"),
-        resume=config["runtime"]["resume"],
-    )
+    world = params.data_parallel_size(args.device)
+    # The host-wide timing lock, held from here to the end (a second timing job waits), and this process ends
+    # when whoever started it is gone (gpuscale.timinglock).
+    with timinglock.hold():
+        if world > 1:
+            from gpuscale import distributed
+
+            if not distributed.launched() and not train.spec_unavailable_reason(args.device):
+                return distributed.relaunch(world, args.argv)  # torchrun starts `world` copies of this command
+        train.run(
+            settings,
+            Path(args.data),
+            out,
+            threads=args.threads,
+            label=study.get("label"),
+            resume=config["runtime"]["resume"],
+        )
     return 0
