@@ -4,7 +4,8 @@ Snakemake rules and DVC stages call these commands and nothing else. This module
 registry below names each command, its module and its one-line help; `gpuscale --help` lists them without
 importing any, and `gpuscale NAME ...` imports gpuscale.commands.NAME alone (so `gpuscale train` imports
 nothing of the report side). A command module defines `add_arguments(parser)`, `run(args) -> int` and,
-optionally, `errors()`: the exception classes that end it in one line (exit 2) rather than a traceback.
+optionally, `check(args)` (every argument and output checked before any work, raising UsageError) and `errors()`:
+the exception classes that end it in one line (exit 2) rather than a traceback.
 Every command takes --params, --log and --debug (tracebacks instead of the one line).
 """
 
@@ -103,8 +104,8 @@ def build_parser(name: str) -> argparse.ArgumentParser:
 
 def _unknown(name: str) -> int:
     close = difflib.get_close_matches(name, COMMANDS, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
-    print(f"gpuscale: error: unknown command {name!r}; {hint}(allowed: {', '.join(COMMANDS)})", file=sys.stderr)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    print(f"gpuscale: error: unknown command {name!r}{hint} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -126,14 +127,17 @@ def main(argv: list[str] | None = None) -> int:
     args.debug = args.debug or debug
     args.command = name
     args.argv = argv  # the whole command line, for a data-parallel relaunch
-    setup_logging(args.log)
-    from gpuscale.commands import UsageError
+    from gpuscale.commands import UsageError, check_log
     from gpuscale.params import ParamsError
     from gpuscale.record import RecordError
 
     known: tuple = (UsageError, ParamsError, RecordError)
     try:
+        check_log(args)
+        setup_logging(args.log)
         known = (*known, *(module.errors() if hasattr(module, "errors") else ()))
+        if hasattr(module, "check"):  # every argument and output, before any work
+            module.check(args)
         return module.run(args)
     except known as err:
         if args.debug:

@@ -52,16 +52,20 @@ def write(path: Path | str, record: dict) -> None:
 def load(path: Path | str) -> dict:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise RecordError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise RecordError(f"{path}: not UTF-8 text (bad byte at offset {err.start}), so not a run record") from None
     try:
         record = json.loads(text)
+        if not isinstance(record, dict):
+            raise RecordError(f"{path}: not a run record (top level is not an object)")
+        validate(record, source=str(path))
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg}); truncated or hand-edited?") from None
-    if not isinstance(record, dict):
-        raise RecordError(f"{path}: not a run record (top level is not an object)")
-    validate(record, source=str(path))
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested far too deeply to be a run record") from None
     return record
 
 

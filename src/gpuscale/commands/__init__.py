@@ -20,6 +20,70 @@ def params_files(args) -> list[Path]:
 
 
 def load_params(args) -> dict:
+    """The merged, validated params (read once per command: check() and run() share them)."""
     from gpuscale import params
 
-    return params.load(params_files(args))
+    if getattr(args, "_config", None) is None:
+        args._config = params.load(params_files(args))
+    return args._config
+
+
+def suggest(value: str, allowed) -> str:
+    """'; did you mean X?' for the nearest allowed value, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def choice(option: str, value, allowed) -> None:
+    """Refuse a value outside `allowed`, naming them (and the nearest one)."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise UsageError(
+            f"{option}: {value!r} is not allowed{suggest(value, allowed)} (allowed: {', '.join(map(str, allowed))})"
+        )
+
+
+def writable(path: Path | str, option: str) -> Path:
+    """Refuse (UsageError) an output that cannot be written, before any work: its nearest existing folder must
+    be a folder this process can create files in (outputs are written beside themselves, then renamed)."""
+    import errno
+    import tempfile
+
+    path = Path(path)
+    if path.is_dir() and not option.endswith("(folder)"):
+        raise UsageError(f"{option} {path}: is a folder; give a file path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: {folder} is not a folder; give a path under a writable folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".gpuscale-write-check."):
+            pass
+    except OSError as err:
+        why = "read-only" if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else err.strerror
+        raise UsageError(
+            f"{option} {path}: cannot write under {folder} ({why}); make it writable or choose another path"
+        ) from None
+    return path
+
+
+def check_log(args) -> None:
+    if getattr(args, "log", None):
+        writable(args.log, "--log")
+
+
+def needs_tables(folder: Path | str) -> None:
+    """Refuse a tables folder the aggregate stage has not written, saying to run it first."""
+    from gpuscale.aggregate import TABLES
+
+    folder = Path(folder)
+    missing = [f"{name}.parquet" for name in TABLES if not (folder / f"{name}.parquet").is_file()]
+    missing += [] if (folder / "notes.json").is_file() else ["notes.json"]
+    if missing:
+        raise UsageError(
+            f"--tables {folder}: no aggregated tables there ({missing[0]} missing); run the aggregate stage first "
+            f"(gpuscale aggregate --out {folder}, or snakemake / dvc repro)"
+        )

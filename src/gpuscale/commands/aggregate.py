@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params
+from gpuscale.commands import UsageError, load_params, writable
 
 
 def add_arguments(parser) -> None:
@@ -23,14 +23,38 @@ def errors() -> tuple:
     return (AggregateError,)
 
 
+def study_records(config: dict) -> list[Path]:
+    from gpuscale import params
+
+    records = [Path(params.record_path(**key)) for key in params.run_keys(config)]
+    return records + [Path(params.sweep_record_path(**key)) for key in params.sweep_keys(config)]
+
+
+def check(args) -> None:
+    config = load_params(args)
+    writable(args.out, "--out (folder)")
+    writable(Path(args.out) / "runs.csv", "--out (folder)")
+    writable(args.metrics, "--metrics")
+    for folder in config["report"]["reference"]:
+        if not Path(folder).is_dir():
+            raise UsageError(f"report.reference: {folder} is not a folder (list folders under reference/)")
+    if args.reference_only or config["report"]["skip_bad_records"]:
+        return  # skipped records are listed in the tables' notes
+    missing = [p for p in study_records(config) if not p.exists()]
+    if missing:
+        total = len(study_records(config))
+        raise UsageError(
+            f"{missing[0]}: not trained yet ({len(missing)} of the study's {total} runs have no record); run the "
+            f"train stage first (snakemake, or dvc repro), or set report.skip_bad_records: true to aggregate "
+            f"what there is"
+        )
+
+
 def run(args) -> int:
-    from gpuscale import aggregate, params
+    from gpuscale import aggregate
 
     config = load_params(args)
-    records = [Path(params.record_path(**key)) for key in params.run_keys(config)]
-    records += [Path(params.sweep_record_path(**key)) for key in params.sweep_keys(config)]
-    if args.reference_only:  # a report of shipped records alone (reference/*/report.html)
-        records = []
+    records = [] if args.reference_only else study_records(config)  # reference-only: shipped records alone
     report = config["report"]
     aggregate.run(
         records,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params
+from gpuscale.commands import load_params, needs_tables, writable
 
 
 def add_arguments(parser) -> None:
@@ -16,6 +16,12 @@ def errors() -> tuple:
     from gpuscale.aggregate import AggregateError
 
     return (AggregateError,)
+
+
+def check(args) -> None:
+    load_params(args)
+    needs_tables(args.tables)
+    writable(args.out, "--out (folder)")
 
 
 def run(args) -> int:

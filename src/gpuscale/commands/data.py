@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params
+from gpuscale.commands import load_params, writable
 
 
 def add_arguments(parser) -> None:
@@ -15,6 +15,11 @@ def errors() -> tuple:
     from gpuscale.data import DataError
 
     return (DataError,)
+
+
+def check(args) -> None:
+    load_params(args)
+    writable(args.out, "--out (folder)")
 
 
 def run(args) -> int:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from gpuscale.commands import writable
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="results/host.json")
+
+
+def check(args) -> None:
+    writable(args.out, "--out")
 
 
 def run(args) -> int:

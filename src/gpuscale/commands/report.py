@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params, params_files
+from gpuscale.commands import UsageError, load_params, needs_tables, params_files, writable
 
 
 def add_arguments(parser) -> None:
@@ -17,6 +17,21 @@ def errors() -> tuple:
     from gpuscale.aggregate import AggregateError
 
     return (AggregateError,)
+
+
+def check(args) -> None:
+    from gpuscale.charts import CHART_NAMES
+
+    load_params(args)
+    needs_tables(args.tables)
+    charts = Path(args.charts)
+    missing = [name for name in CHART_NAMES if not (charts / f"{name}.vl.json").is_file()]
+    if missing:
+        raise UsageError(
+            f"--charts {charts}: no charts there ({missing[0]}.vl.json missing); run the charts stage first "
+            f"(gpuscale charts --out {charts}, or snakemake / dvc repro)"
+        )
+    writable(args.out, "--out")
 
 
 def run(args) -> int:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
-from gpuscale.commands import load_params
+from gpuscale.commands import UsageError, choice, load_params, writable
 
 log = logging.getLogger("gpuscale")
+
+SWEEP = re.compile(r"^(threads|batch)=([1-9][0-9]*)$")
+MAX_SEED = 2**32 - 1  # numpy's seeds
+DEVICES_ALLOWED = "cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN (N >= 2)"
 
 
 def add_arguments(parser) -> None:
@@ -35,6 +40,48 @@ def errors() -> tuple:
     return (DataError, TrainError, TimingLockError)
 
 
+def check(args) -> None:
+    """Every argument and output, before the lock, the data or any training (one line naming what is allowed)."""
+    from gpuscale import params
+    from gpuscale.models import MODEL_NAMES
+
+    config = load_params(args)
+    choice("--model", args.model, MODEL_NAMES)
+    if not params.DEVICE_PATTERN.match(args.device):
+        hint = ""
+        if re.fullmatch(r"(cuda|cpu):[0-9]+", args.device):
+            hint = f"; did you mean {args.device.replace(':', '-')}?"
+        raise UsageError(f"--device: {args.device!r} is malformed{hint} (allowed: {DEVICES_ALLOWED})")
+    choice("--variant", args.variant, config["variants"])
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed: {args.seed} is out of range (allowed: 0 to {MAX_SEED})")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
+    if args.sweep is not None:
+        match = SWEEP.match(args.sweep)
+        if not match:
+            raise UsageError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N, N >= 1)")
+    data = Path(args.data)
+    if not (data / "manifest.json").is_file():
+        raise UsageError(
+            f"--data {data}: no prepared dataset there (manifest.json missing); run the data stage first "
+            f"(gpuscale data --out {data}, or snakemake / dvc repro)"
+        )
+    if args.out:
+        writable(args.out, "--out")
+    else:
+        writable(default_out(args), "--out (default)")
+
+
+def default_out(args) -> str:
+    from gpuscale import params
+
+    if args.sweep:
+        parameter, _, value = args.sweep.partition("=")
+        return params.sweep_record_path(args.model, args.device, parameter, int(value), args.variant, args.seed)
+    return params.record_path(args.model, args.device, args.variant, args.seed)
+
+
 def run(args) -> int:
     from gpuscale import params, timinglock, train
 
@@ -44,16 +91,12 @@ def run(args) -> int:
         log.warning("model %s is not in study.models; training it anyway as asked", args.model)
     if args.sweep:
         parameter, _, value = args.sweep.partition("=")
-        if not value.isdigit():
-            raise params.ParamsError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N)")
         settings = params.sweep_settings(
             config, args.model, args.device, parameter, int(value), args.variant, args.seed
         )
-        default_out = params.sweep_record_path(args.model, args.device, parameter, int(value), args.variant, args.seed)
     else:
         settings = params.run_settings(config, args.model, args.device, args.variant, args.seed)
-        default_out = params.record_path(args.model, args.device, args.variant, args.seed)
-    out = Path(args.out or default_out)
+    out = Path(args.out or default_out(args))
     world = params.data_parallel_size(args.device)
     # The host-wide timing lock, held from here to the end (a second timing job waits), and this process ends
     # when whoever started it is gone (gpuscale.timinglock).
