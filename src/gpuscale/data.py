@@ -249,6 +249,26 @@ def _split_class(name: str) -> tuple[str, str, str] | None:
     return parts[0], parts[1], parts[2]
 
 
+def _stray(name: str, is_dir: bool) -> str | None:
+    """Why a path under train/ or test/ is not read as an image of a class, or None (it is, or lies elsewhere)."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if not parts or parts[0] not in ("train", "test") or any(p.startswith(".") for p in parts):
+        return None  # outside the splits (a README beside them), or hidden (.DS_Store): not part of the data
+    if len(parts) == 2 and not is_dir:
+        return "is a file where class folders belong (train/<class>/, test/<class>/)"
+    if len(parts) > 3 and not is_dir:
+        return f"lies in a sub-folder of class folder {parts[0]}/{parts[1]}/ (images are read one level deep only)"
+    return None
+
+
+def _readable_error(err: BaseException) -> str:
+    """An error's text without the in-memory object Pillow names (<_io.BytesIO object at 0x...>)."""
+    import re
+
+    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(err)).strip() or type(err).__name__
+    return "unknown or corrupt image format" if text.startswith("cannot identify image file") else text
+
+
 def _decode(raw: bytes, name: str, mode: str, converted: list[str]) -> np.ndarray:
     """32x32 RGB as uint8 HWC. mode `strict` refuses anything else; `convert` resizes / converts and notes it."""
     from PIL import Image, UnidentifiedImageError
@@ -265,28 +285,34 @@ def _decode(raw: bytes, name: str, mode: str, converted: list[str]) -> np.ndarra
                 converted.append(name)
                 image = image.convert("RGB").resize(IMAGE_SHAPE[:2], Image.Resampling.BICUBIC)
             return np.asarray(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
-        raise DataError(f"{name}: not a readable image ({err}); remove or replace it") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise DataError(f"{name}: not a readable image ({_readable_error(err)}); remove or replace it") from None
 
 
-def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tuple[str, str]]]:
+def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tuple[str, str]], list[tuple[str, str]]]:
     """(split, class, file name, reader) for every file under train/<class>/ and test/<class>/ of a folder or
-    zip, and the set of (split, class) folders seen (to find empty classes). Nothing is ever extracted;
-    unsafe names, links and oversized members are refused before any is read.
+    zip, the set of (split, class) folders seen (to find empty classes) and the stray files under train/ and
+    test/ with why they are not read. Nothing is ever extracted; unsafe names, links and oversized members are
+    refused before any is read.
     """
-    entries, folders = [], set()
+    entries, folders, strays = [], set(), []
     if root.is_dir():
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root).as_posix()
             parts = rel.split("/")
-            if len(parts) == 2 and parts[0] in ("train", "test") and path.is_dir():
+            if len(parts) == 2 and parts[0] in ("train", "test") and path.is_dir() and not parts[1].startswith("."):
                 folders.add((parts[0], parts[1]))
+            why = _stray(rel, path.is_dir())
+            if why:
+                strays.append((rel, why))
             parsed = _split_class(rel)
-            if parsed and not parsed[2].startswith("."):
+            if parsed and not parsed[2].startswith(".") and not parsed[1].startswith("."):
                 if path.is_symlink() or not path.is_file():
+                    if path.is_dir() and not path.is_symlink():
+                        continue  # a sub-folder: its files are strays, listed above
                     raise DataError(f"{path}: refused: not a regular file (a link or special file) in the image folder")
                 entries.append((*parsed, path.read_bytes))
-        return entries, folders
+        return entries, folders, strays
     try:
         archive = zipfile.ZipFile(root)
     except (zipfile.BadZipFile, OSError) as err:
@@ -309,12 +335,33 @@ def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tupl
         )
     for info in sorted(infos, key=lambda i: i.filename):
         parts = [p for p in info.filename.split("/") if p]
-        if len(parts) >= 2 and parts[0] in ("train", "test"):
+        in_split = len(parts) >= 2 and parts[0] in ("train", "test") and not parts[1].startswith(".")
+        if in_split and (len(parts) >= 3 or info.is_dir()):  # train/README.txt is a stray file, not a class
             folders.add((parts[0], parts[1]))
+        why = _stray(info.filename, info.is_dir())
+        if why:
+            strays.append((info.filename.rstrip("/"), why))
         parsed = _split_class(info.filename)
-        if parsed and not info.is_dir() and not parsed[2].startswith("."):
-            entries.append((*parsed, lambda info=info: archive.read(info)))
-    return entries, folders
+        if parsed and not info.is_dir() and not parsed[2].startswith(".") and not parsed[1].startswith("."):
+            entries.append((*parsed, lambda info=info: _read_member(root, archive, info)))
+    return entries, folders, strays
+
+
+def _read_member(root: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A zip member's bytes, never more than it declares; a corrupt member (bad CRC, wrong size) is one line."""
+    try:
+        with archive.open(info) as handle:
+            raw = handle.read(info.file_size + 1)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError) as err:
+        raise DataError(
+            f"{root}: member {info.filename} is corrupt ({_readable_error(err)}); repair or rebuild the zip"
+        ) from None
+    if len(raw) != info.file_size:
+        raise DataError(
+            f"{root}: member {info.filename} holds {'more' if len(raw) > info.file_size else 'less'} data than "
+            f"the {info.file_size} bytes it declares; the zip is corrupt (repair or rebuild it)"
+        )
+    return raw
 
 
 def imagefolder(settings: dict) -> Dataset:
@@ -326,13 +373,25 @@ def imagefolder(settings: dict) -> Dataset:
     if not root.exists():
         raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
     mode = settings["image_mode"]
-    found, folders = _entries(root)
+    found, folders, strays = _entries(root)
     entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
     others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
     if others and mode == "strict":
         raise DataError(
             f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
             f"or set data.image_mode: convert to skip such files"
+        )
+    if strays and mode == "strict":
+        name, why = strays[0]
+        raise DataError(
+            f"{root}: {name} {why}; move or remove it, or set data.image_mode: convert to skip such files "
+            f"({len(strays)} in all)"
+        )
+    if strays:
+        log.warning(
+            "%d file(s) outside train/<class>/ and test/<class>/ skipped (data.image_mode: convert), e.g. %s",
+            len(strays),
+            strays[0][0],
         )
     empty = sorted(f"{s}/{c}" for s, c in folders if not any(e[0] == s and e[1] == c for e in entries))
     if empty:
@@ -360,7 +419,12 @@ def imagefolder(settings: dict) -> Dataset:
             len(converted),
             converted[0],
         )
-    source = {"path": str(root), "image_mode": mode, "converted_images": len(converted), "skipped_files": len(others)}
+    source = {
+        "path": str(root),
+        "image_mode": mode,
+        "converted_images": len(converted),
+        "skipped_files": len(others) + len(strays),
+    }
     return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source=source)
 
 
@@ -425,6 +489,11 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
     for split, size in (("train", settings["train_size"]), ("test", settings["test_size"])):
         images, labels = getattr(dataset, f"{split}_images"), getattr(dataset, f"{split}_labels")
         if size is not None and settings["source"] != "synthetic":
+            if size > len(labels):  # never a manifest that names a size the data does not have
+                raise DataError(
+                    f"data.{split}_size: {size} is more than the {len(labels)} {split} images the source holds "
+                    f"(lower it, or set it to null to use them all)"
+                )
             keep = stratified_subset(labels, size, settings["subset_seed"])
             images, labels = images[keep], labels[keep]
         splits[split] = (np.ascontiguousarray(images), labels.astype(np.int64))
@@ -472,27 +541,74 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
     return manifest
 
 
+def _manifest_problem(manifest) -> str | None:
+    """What makes a manifest unusable, or None."""
+    if not isinstance(manifest, dict):
+        return "is not a JSON object"
+    for key, kind in (("files", dict), ("classes", list), ("origin", dict), ("counts", dict), ("source", str)):
+        if not isinstance(manifest.get(key), kind):
+            return f"has no valid {key!r}"
+    if not isinstance(manifest.get("synthetic"), bool):
+        return "has no valid 'synthetic'"
+    for name in ARRAY_FILES:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            return f"lists no checksum for {name}"
+    for split in ("train", "test"):
+        if not isinstance(manifest["counts"].get(split), dict) or not isinstance(
+            manifest["counts"][split].get("total"), int
+        ):
+            return f"has no count of the {split} images"
+    if not manifest["classes"] or not all(isinstance(c, str) for c in manifest["classes"]):
+        return "lists no class names"
+    return None
+
+
 def load_prepared(directory: Path | str, verify: bool = True) -> tuple[Dataset, dict, str]:
     """Open a prepared dataset memory-mapped; with verify, check every array against the manifest.
 
-    Returns (dataset, manifest, manifest sha256).
+    Returns (dataset, manifest, manifest sha256). Anything malformed (a manifest of the wrong shape, arrays of
+    objects, wrong dtypes or shapes, labels out of range) is one DataError; nothing is ever unpickled.
     """
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
+    rerun = "run the data stage again (gpuscale data)"
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise DataError(f"{manifest_path}: missing or unreadable ({err}); run the data stage (gpuscale data)") from None
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON or not UTF-8
+        why = getattr(err, "strerror", None) or type(err).__name__
+        raise DataError(f"{manifest_path}: missing or unreadable ({why}); run the data stage (gpuscale data)") from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DataError(f"{manifest_path}: {problem}, so it is not a gpuscale manifest; {rerun}")
     if verify:
         for name in ARRAY_FILES:
             expected = manifest["files"][name]["sha256"]
             path = directory / name
             if not path.exists() or fsutil.sha256_file(path) != expected:
-                raise DataError(
-                    f"{path}: does not match its manifest (changed after preparation); "
-                    f"run the data stage again (gpuscale data)"
-                )
-    arrays = {name: np.load(directory / name, mmap_mode="r", allow_pickle=False) for name in ARRAY_FILES}
+                raise DataError(f"{path}: does not match its manifest (changed after preparation); {rerun}")
+    arrays = {}
+    for name in ARRAY_FILES:
+        try:
+            arrays[name] = np.load(directory / name, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:  # ValueError: object arrays (pickles) are refused
+            raise DataError(
+                f"{directory / name}: not a plain numeric array ({_readable_error(err)}); {rerun}"
+            ) from None
+    classes = len(manifest["classes"])
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images.npy"], arrays[f"{split}_labels.npy"]
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != IMAGE_SHAPE:
+            raise DataError(
+                f"{directory}/{split}_images.npy: {images.dtype} {images.shape}, expected uint8 (N, 32, 32, 3); {rerun}"
+            )
+        if labels.dtype.kind not in "iu" or labels.shape != (len(images),):
+            raise DataError(
+                f"{directory}/{split}_labels.npy: {labels.dtype} {labels.shape}, expected integers ({len(images)},); "
+                f"{rerun}"
+            )
+        if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+            raise DataError(f"{directory}/{split}_labels.npy: labels outside 0-{classes - 1}; {rerun}")
     dataset = Dataset(
         arrays["train_images.npy"],
         arrays["train_labels.npy"],
