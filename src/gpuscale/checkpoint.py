@@ -9,8 +9,10 @@ with; otherwise it is set aside with a warning and the run starts over.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import platform
 from pathlib import Path
 
 import torch
@@ -21,13 +23,49 @@ from gpuscale import fsutil
 
 log = logging.getLogger("gpuscale.checkpoint")
 
-VERSION = 1
+VERSION = 2  # 2: the identity holds everything that changes timing (threads, library versions, GPU)
+# What of a run's environment changes its timing: a checkpoint is resumed only where all of it is the same, so
+# a record never stitches epochs timed under different conditions while claiming one.
+TIMING_ENVIRONMENT = (
+    "torch_threads",
+    "torch_version",
+    "torchvision_version",
+    "cuda_version",
+    "cudnn_version",
+    "cpu_model",
+    "cpu_logical_cores",
+)
 
 
 def path_for(record_path: Path | str) -> Path:
     """Hidden, beside the record: never mistaken for a record (aggregation reads *.json only)."""
     record_path = Path(record_path)
     return record_path.with_name(f".{record_path.stem}.ckpt.safetensors")
+
+
+def identity(*, host_fingerprint: str, settings: dict, manifest_sha256: str, environment: dict) -> dict:
+    """A run's checkpoint identity: host, settings, data and every environment figure that changes timing.
+
+    Flat, so a mismatch names the very figure that differs (e.g. torch_threads)."""
+    gpu = environment.get("gpu") or {}
+    return {
+        "host_fingerprint": host_fingerprint,
+        "settings_sha256": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
+        "manifest_sha256": manifest_sha256,
+        **{key: environment.get(key) for key in TIMING_ENVIRONMENT},
+        "gpu_name": gpu.get("name"),
+        "gpu_index": gpu.get("index"),
+        "gpu_driver_version": gpu.get("driver_version"),
+        "python_version": platform.python_version(),
+    }
+
+
+def discard(record_path: Path | str, reason: str) -> None:
+    """Remove a run's checkpoint that will never be resumed (resume off, or the run finished)."""
+    path = path_for(record_path)
+    if path.exists():
+        path.unlink(missing_ok=True)
+        log.info("removed checkpoint %s (%s)", path, reason)
 
 
 def _module(model: torch.nn.Module) -> torch.nn.Module:

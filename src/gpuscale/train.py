@@ -10,8 +10,6 @@ timed apart, after the clock stops).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
 import random
@@ -510,11 +508,12 @@ def _run(
         from gpuscale import checkpoint
 
         ckpt_path = checkpoint.path_for(out)
-        ckpt_identity = {
-            "host_fingerprint": envinfo.host_fingerprint(),
-            "settings_sha256": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest(),
-            "manifest_sha256": manifest_sha256,
-        }
+        ckpt_identity = checkpoint.identity(
+            host_fingerprint=envinfo.host_fingerprint(),
+            settings=settings,
+            manifest_sha256=manifest_sha256,
+            environment=environment,
+        )
         meta = checkpoint.usable(ckpt_path, ckpt_identity)
         if meta is not None:
             checkpoint.restore(
@@ -671,7 +670,8 @@ def _run(
     if ctx is not None and not ctx.is_main:
         return result  # rank 0 writes the one record
     record.write(out, result)
-    if ckpt_path is not None:
-        ckpt_path.unlink(missing_ok=True)
+    from gpuscale import checkpoint
+
+    checkpoint.discard(out, "the run finished")  # also one left by a killed run that had runtime.resume on
     log.info("%s %.2f s training in %d epochs -> %s", tag, result["timing"]["total_train_seconds"], epochs_total, out)
     return result
