@@ -102,10 +102,19 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     return command_parser(name, importlib.import_module(f"gpuscale.commands.{COMMANDS[name][0]}"))
 
 
+def one_line(text: str) -> str:
+    """The message as one printable line: a line break or control character (from a key, a path, a record
+    field) is shown escaped, never acted on by the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _unknown(name: str) -> int:
     close = difflib.get_close_matches(name, COMMANDS, n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
-    print(f"gpuscale: error: unknown command {name!r}{hint} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)
+    print(
+        f"gpuscale: error: unknown command {one_line(repr(name))}{hint} (allowed: {', '.join(COMMANDS)})",
+        file=sys.stderr,
+    )
     return EXIT_USAGE
 
 
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     except known as err:
         if args.debug:
             raise
-        print(f"gpuscale {name}: error: {err}", file=sys.stderr)
+        print(f"gpuscale {name}: error: {one_line(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"gpuscale {name}: interrupted; no output was written", file=sys.stderr)

@@ -8,6 +8,7 @@ tool launched the stage. Torch-free: the Snakefile imports this module.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import json
 import re
@@ -46,11 +47,17 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 def read_yaml(path: Path) -> dict:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ParamsError(f"{path}: file not found (pass --params with an existing params file)") from None
+    except OSError as err:  # a folder, no permission
+        raise ParamsError(f"{path}: cannot read ({err.strerror}); pass --params with a readable YAML file") from None
+    except UnicodeDecodeError as err:
+        raise ParamsError(f"{path}: not UTF-8 text (bad byte at offset {err.start}); save it as UTF-8 YAML") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ParamsError(f"{path}: nested far too deeply to be a params file") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -60,7 +67,20 @@ def read_yaml(path: Path) -> dict:
         data = {}
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: top level must be a mapping of keys (study, data, train, models)")
+    _check_keys(data, path, ())
     return data
+
+
+def _check_keys(value, path, where: tuple) -> None:
+    """Every mapping key is text (YAML also allows numbers, dates, null as keys)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ParamsError(f"{path}: {_key_path([*where, key])}: key {key!r} is not text (quote it)")
+            _check_keys(item, path, (*where, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_keys(item, path, (*where, index))
 
 
 def load(paths: list[Path] | tuple[Path, ...] = (DEFAULT_PARAMS,)) -> dict:
@@ -85,7 +105,9 @@ def _describe(error) -> str:
         allowed = sorted(sub.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
         key = extra[0] if extra else "?"
-        return f"{_key_path(path + [key])}: unknown key (allowed here: {', '.join(allowed)})"
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"; did you mean {_key_path(path + [close[0]])}?" if close else ""
+        return f"{_key_path(path + [key])}: unknown key{hint} (allowed here: {', '.join(allowed)})"
     if validator == "required":
         missing = re.findall(r"'([^']+)' is a required property", error.message)
         name = missing[0] if missing else "?"
@@ -121,7 +143,10 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         validator_cls = jsonschema.validators.validator_for(schema())
         errors = list(validator_cls(schema()).iter_errors(config))
     if errors:
-        error = jsonschema.exceptions.best_match(errors)
+        # An unknown key first: a misspelt key (epohcs) also leaves the right one (epochs) missing, and the
+        # misspelling is the cause to name.
+        unknown = [e for e in errors if e.validator == "additionalProperties"]
+        error = jsonschema.exceptions.best_match(unknown or errors)
         raise ParamsError(f"{source}: {_describe(error)}")
     for index, name in enumerate(config["study"]["models"]):
         if name not in MODEL_NAMES:
