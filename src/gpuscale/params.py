@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import re
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 
 from gpuscale.models import MODEL_NAMES
 
+DATA_FILES = ("schemas/params.schema.yaml",)  # package data this module reads (gpuscale.deps)
 DEFAULT_PARAMS = Path("params.yaml")
 DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps|(cpu|cuda)-ddp([2-9]|[1-9][0-9]+))$")
 
@@ -98,7 +98,8 @@ def _describe(error) -> str:
         return f"{_key_path(path)}: {error.instance!r} has the wrong type (allowed: {wanted})"
     if validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         words = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
-        return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {words[validator]} {error.validator_value})"
+        allowed = f"{words[validator]} {error.validator_value}"
+        return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {allowed})"
     if validator == "pattern":
         hint = sub.get("description") or f"matching {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is malformed (allowed: {hint})"
@@ -150,7 +151,8 @@ def validate(config: dict, source: str = "params.yaml") -> None:
     for index, device in enumerate(config["study"]["devices"]):
         if not DEVICE_PATTERN.match(device):
             raise ParamsError(
-                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)"
+                f"{source}: study.devices.{index}: {device!r} is malformed "
+                "(allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)"
             )
 
 
@@ -175,6 +177,22 @@ def run_settings(config: dict, model: str, device: str, variant: str, seed: int)
     }
 
 
+def select(config: dict, keys: list[str], item: dict | None = None) -> dict:
+    """The values of dotted params keys ('report.title'; '${item.model}' filled from item), missing ones None.
+
+    What a stage depends on (gpuscale.deps.STAGE_PARAMS): Snakemake rules pass it as params, DVC lists the keys.
+    """
+    out = {}
+    for key in keys:
+        for name, value in (item or {}).items():
+            key = key.replace(f"${{item.{name}}}", str(value))
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[key] = copy.deepcopy(node)
+    return out
+
+
 def run_keys(config: dict) -> list[dict]:
     """Every (model, device, variant, seed) the study asks for, in a stable order."""
     study = config["study"]
@@ -189,10 +207,6 @@ def run_keys(config: dict) -> list[dict]:
 
 def record_path(model: str, device: str, variant: str, seed: int, root: str = "results/runs") -> str:
     return f"{root}/{model}/{device}/{variant}-seed{seed}.json"
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuscale import fsutil
 
+DATA_FILES = ("schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 KIND = "gpuscale.run"
@@ -35,7 +36,7 @@ def validate(record: dict, source: str = "record") -> None:
         if record.get("schema_version") not in READABLE_VERSIONS:
             raise RecordError(
                 f"{source}: schema_version is {record.get('schema_version')!r}, expected one of {READABLE_VERSIONS}"
-            )
+            ) from None
         return
     validator = jsonschema.Draft7Validator(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))

@@ -18,6 +18,7 @@ from great_tables import GT, loc, style
 
 from gpuscale import aggregate, charts, fsutil, paper
 
+DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
 
 CHART_HELP = {

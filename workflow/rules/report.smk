@@ -26,9 +26,7 @@ rule aggregate:
         notes="results/tables/notes.json",
         metrics="results/metrics.json",
     params:
-        study=lambda wildcards: config["study"],
-        sweeps=lambda wildcards: config["sweeps"],
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["aggregate"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/aggregate.log",
@@ -54,7 +52,7 @@ rule charts:
         charts=report(directory("reports/charts"), patterns=["{name}.svg"], caption="../report/charts.rst",
                       category="Charts"),
     params:
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["charts"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/charts.log",
@@ -81,7 +79,7 @@ rule report:
     output:
         html=report("reports/index.html", caption="../report/index.rst", category="Report"),
     params:
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["report"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/report.log",
