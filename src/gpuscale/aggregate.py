@@ -1,8 +1,8 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
-Reads every record through gpuscale.record.load(); writes results/tables/{runs,epochs,speedup,fits,phases,gains,sweeps,sampling}
-as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json. Output is deterministic: rows sorted,
-columns in a fixed order, so rerunning on the same records changes no byte.
+Reads every record through gpuscale.record.load(); writes the tables of gpuscale.tables to results/tables
+as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json.
+Output is deterministic: rows sorted, columns in a fixed order, so rerunning on the same records changes no byte.
 """
 
 from __future__ import annotations
@@ -330,8 +330,10 @@ def sampling_frame(loaded) -> pl.DataFrame:
             continue
         measured = sum(e["train_seconds"] for e in epochs)
         for n in sorted(s for s in common if s > warmup):
-            estimates = [sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs)]
-            errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs)]
+            estimates = [
+                sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs, strict=True)
+            ]
+            errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs, strict=True)]
             rows.append(
                 {
                     "source": source,
@@ -435,7 +437,9 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     )
     intervals = [
         analysis.bootstrap_ratio_ci(c or [], g or [])
-        for c, g in zip(out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list())
+        for c, g in zip(
+            out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list(), strict=True
+        )
     ]
     out = out.with_columns(
         pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
@@ -659,7 +663,8 @@ def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, 
 
 
 def overlaps(runs: pl.DataFrame) -> list[dict]:
-    """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the workflow)."""
+    """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the
+    workflow)."""
     measured = runs.filter(pl.col("status") == "measured").select(
         "source",
         "hostname",
