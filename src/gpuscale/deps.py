@@ -205,17 +205,26 @@ _STAGE = re.compile(r"^  ([A-Za-z_][A-Za-z0-9_]*):\s*$")
 _KEY = re.compile(r"^    ([A-Za-z_]+):(.*)$")
 
 
+def _table_outputs() -> list[str]:
+    from gpuscale import tables  # polars: only when writing dvc.yaml
+
+    return list(tables.outputs().values())
+
+
 def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
     """dvc.yaml with each stage's code deps and params lists replaced by the computed ones.
 
     Within a stage, the `- src/gpuscale/...` entries of `deps:` are replaced (other deps, data and
-    outputs, keep their place) and the `params:` list is rewritten from STAGE_PARAMS.
+    outputs, keep their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate
+    stage's `outs:` from gpuscale.tables.outputs().
     """
     out: list[str] = []
     blank = 0
     stage = section = None
 
     def flush() -> None:
+        if stage == "aggregate" and section == "outs":
+            out.extend(f"      - {f}" for f in _table_outputs())
         if stage in STAGE_COMMANDS and section == "deps":
             out.extend(f"      - {f}" for f in code_files(stage, root))
         if stage in STAGE_COMMANDS and section == "params":
@@ -234,12 +243,14 @@ def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
                 stage = match.group(1) if match else None
             else:
                 key = _KEY.match(line)
-                section = key.group(1) if key and key.group(1) in ("deps", "params") else None
+                section = key.group(1) if key and key.group(1) in ("deps", "params", "outs") else None
                 if section and key.group(2).strip():
                     raise ValueError(f"dvc.yaml: stage {stage}: write {section} as a plain list ({line.strip()})")
         item = line.strip()
-        drop = (section == "deps" and item.startswith(f"- {SOURCE_ROOT}/")) or (
-            section == "params" and item.startswith("- ")
+        drop = (
+            (section == "deps" and item.startswith(f"- {SOURCE_ROOT}/"))
+            or (section == "params" and item.startswith("- "))
+            or (section == "outs" and stage == "aggregate" and item.startswith("- "))
         )
         if not (drop and stage in STAGE_COMMANDS):
             out.extend([""] * blank)

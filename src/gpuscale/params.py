@@ -16,11 +16,12 @@ from typing import Any
 
 import yaml
 
+from gpuscale import settings as typed
 from gpuscale.models import MODEL_NAMES
+from gpuscale.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
 
 DATA_FILES = ("schemas/params.schema.yaml",)  # package data this module reads (gpuscale.deps)
 DEFAULT_PARAMS = Path("params.yaml")
-DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps|(cpu|cuda)-ddp([2-9]|[1-9][0-9]+))$")
 
 
 class ParamsError(ValueError):
@@ -149,10 +150,9 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             f"(defined: {', '.join(config['variants'])})"
         )
     for index, device in enumerate(config["study"]["devices"]):
-        if not DEVICE_PATTERN.match(device):
+        if not typed.is_device(device):
             raise ParamsError(
-                f"{source}: study.devices.{index}: {device!r} is malformed "
-                "(allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)"
+                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})"
             )
 
 
@@ -162,6 +162,11 @@ def train_settings(config: dict, model: str) -> dict:
     for key, value in ((config.get("models") or {}).get(model) or {}).items():
         settings[key] = copy.deepcopy(value)
     return settings
+
+
+def typed_run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> typed.RunSettings:
+    """run_settings as frozen dataclasses (gpuscale.settings.RunSettings)."""
+    return typed.RunSettings.from_dict(run_settings(config, model, device, variant, seed))
 
 
 def run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> dict:
@@ -203,10 +208,6 @@ def run_keys(config: dict) -> list[dict]:
         for v in study["variants"]
         for s in study["seeds"]
     ]
-
-
-def record_path(model: str, device: str, variant: str, seed: int, root: str = "results/runs") -> str:
-    return f"{root}/{model}/{device}/{variant}-seed{seed}.json"
 
 
 SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}
@@ -257,13 +258,6 @@ def sweep_settings(config: dict, model: str, device: str, parameter: str, value:
     return settings
 
 
-def sweep_record_path(
-    model: str, device: str, parameter: str, value: int, variant: str, seed: int, root: str = "results/runs"
-) -> str:
-    return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
-
-
 def data_parallel_size(device: str) -> int:
     """Processes of a data-parallel device spec (cuda-ddp4 -> 4); 1 for a single device."""
-    match = re.fullmatch(r"(cpu|cuda)-ddp(\d+)", device)
-    return int(match.group(2)) if match else 1
+    return typed.DeviceSpec.parse(device).world_size if typed.is_device(device) else 1

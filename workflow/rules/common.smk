@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscale import deps, envinfo
+from gpuscale import deps, envinfo, tables
+from gpuscale import settings as typed
 
 
 def _params_files():
@@ -30,6 +31,13 @@ HOST_FINGERPRINT = envinfo.host_fingerprint()
 # Each stage's code: the import closure of its command plus the data files those modules read,
 # computed from src/gpuscale (gpuscale.deps; dvc.yaml holds the same lists, generated from it).
 CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
+
+
+# What the aggregation writes (gpuscale.tables; dvc.yaml's aggregate outs are generated from the same list).
+AGGREGATE_OUTPUTS = {
+    **tables.outputs(),
+    "speedup": report(tables.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),
+}
 
 
 def all_records():
