@@ -154,9 +154,8 @@ def cmd_models(args) -> int:
     for name, spec in models.MODELS.items():
         model = spec.build(10)
         flops = nets.flops_per_image(model)
-        print(
-            f"{name:<16} {nets.parameter_count(model):>12,} {flops['train_flops_per_image'] / 1e9:>19.4f}  {spec.description}"
-        )
+        gflops = flops["train_flops_per_image"] / 1e9
+        print(f"{name:<16} {nets.parameter_count(model):>12,} {gflops:>19.4f}  {spec.description}")
     return 0
 
 

@@ -71,7 +71,8 @@ def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR-10 binary batch: records of 1 label byte + 3072 bytes (R, G, B planes of 32x32)."""
     if len(raw) % CIFAR_RECORD_BYTES:
         raise DataError(
-            f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; the archive is corrupt (delete it and download again)"
+            f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; "
+            "the archive is corrupt (delete it and download again)"
         )
     records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR_RECORD_BYTES)
     labels = records[:, 0].astype(np.int64)
@@ -85,7 +86,7 @@ def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def read_cifar_archive(archive: Path) -> Dataset:
     try:
-        tar = tarfile.open(archive, mode="r:gz")
+        tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 (closed by the `with tar:` below)
     except (tarfile.TarError, OSError, EOFError) as err:
         raise DataError(f"{archive}: not a readable .tar.gz ({err}); delete it and download again") from None
     with tar:
@@ -113,7 +114,8 @@ def read_cifar_archive(archive: Path) -> Dataset:
             # Members are read into memory, never extracted, so no path in the archive can write anywhere.
             if not member.isfile() or not 0 < member.size <= CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
                 raise DataError(
-                    f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; the archive is corrupt"
+                    f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; "
+                    "the archive is corrupt"
                 )
             try:
                 return tar.extractfile(member).read()
@@ -195,7 +197,8 @@ def cifar10(settings: dict) -> Dataset:
     if not archive.exists():
         if settings["path"]:
             raise DataError(
-                f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, or set it to null to download)"
+                f"data.path: {archive} does not exist "
+                "(point it at cifar-10-binary.tar.gz, or set it to null to download)"
             )
         log.info("downloading %s to %s", settings["url"], archive)
         download(settings["url"], archive, settings["download_timeout_seconds"], settings["download_retries"])
@@ -204,10 +207,12 @@ def cifar10(settings: dict) -> Dataset:
         if not settings["path"]:
             archive.unlink()
             raise DataError(
-                f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; the file was removed, run again to download it anew"
+                f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; "
+                "the file was removed, run again to download it anew"
             )
         raise DataError(
-            f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; replace the file with the official cifar-10-binary.tar.gz"
+            f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; "
+            "replace the file with the official cifar-10-binary.tar.gz"
         )
     dataset = read_cifar_archive(archive)
     dataset.source.update({"url": settings["url"], "archive_md5": md5})
@@ -386,9 +391,13 @@ def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     per_class[: size % len(classes)] += 1
     if np.any(per_class > counts):
         raise DataError(
-            f"a stratified subset of {size} needs {per_class.max()} images of every class; some class has fewer (lower data.train_size / data.test_size)"
+            f"a stratified subset of {size} needs {per_class.max()} images of every class; "
+            "some class has fewer (lower data.train_size / data.test_size)"
         )
-    chosen = [rng.choice(np.flatnonzero(labels == cls), take, replace=False) for cls, take in zip(classes, per_class)]
+    chosen = [
+        rng.choice(np.flatnonzero(labels == cls), take, replace=False)
+        for cls, take in zip(classes, per_class, strict=True)
+    ]
     return np.sort(np.concatenate(chosen))
 
 
@@ -424,7 +433,9 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
             "counts": {
                 split: {
                     "total": len(labels),
-                    "per_class": {dataset.classes[c]: int(n) for c, n in zip(*np.unique(labels, return_counts=True))},
+                    "per_class": {
+                        dataset.classes[c]: int(n) for c, n in zip(*np.unique(labels, return_counts=True), strict=True)
+                    },
                 }
                 for split, (_, labels) in splits.items()
             },
@@ -464,7 +475,8 @@ def load_prepared(directory: Path | str, verify: bool = True) -> tuple[Dataset, 
             path = directory / name
             if not path.exists() or fsutil.sha256_file(path) != expected:
                 raise DataError(
-                    f"{path}: does not match its manifest (changed after preparation); run the data stage again (gpuscale data)"
+                    f"{path}: does not match its manifest (changed after preparation); "
+                    "run the data stage again (gpuscale data)"
                 )
     arrays = {name: np.load(directory / name, mmap_mode="r", allow_pickle=False) for name in ARRAY_FILES}
     dataset = Dataset(

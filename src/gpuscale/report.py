@@ -317,7 +317,7 @@ def warnings(tables: dict) -> list[str]:
             f"{o['source']} on {o['host']}: timing runs overlapped in time ({' and '.join(o['runs'])}); "
             "both timings may be distorted."
         )
-    for r in speedup.filter(pl.col("accuracy_parity") == False).iter_rows(named=True):
+    for r in speedup.filter(pl.col("accuracy_parity").not_()).iter_rows(named=True):
         out.append(
             f"{r['source']}: {r['model']} ({r['variant']}) accuracy differs between CPU and GPU by "
             f"{r['accuracy_difference']:+.2%}, beyond the tolerance."
