@@ -1,6 +1,7 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
-Reads every record through gpuscale.record.load(); writes the tables of gpuscale.tables to results/tables
+Reads every record through gpuscale.record.load() (which upgrades older schema versions, so no fallbacks
+across versions here); writes the tables of gpuscale.tables to results/tables
 as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json.
 Output is deterministic: rows sorted, columns in a fixed order, so rerunning on the same records changes no byte.
 """
@@ -77,7 +78,7 @@ def runs_frame(loaded) -> pl.DataFrame:
         env, timing, quality = rec["environment"], rec["timing"] or {}, rec["quality"] or {}
         settings = rec["settings"]["train"]
         epochs = rec["epochs"]
-        distributed = rec.get("distributed") or {}
+        distributed = rec["distributed"] or {}
         rows.append(
             {
                 "source": source,
@@ -119,8 +120,8 @@ def runs_frame(loaded) -> pl.DataFrame:
                 "steady_images_per_second": timing.get("steady_images_per_second"),
                 "extrapolated": timing.get("extrapolated", False),
                 "final_test_accuracy": quality.get("final_test_accuracy"),
-                **energy_columns(rec.get("energy")),
-                "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
+                **energy_columns(rec["energy"]),
+                "phase_overhead_fraction": (rec["phase_profile"] or {}).get("overhead_fraction"),
                 "started_at": rec["started_at"],
                 "finished_at": rec["finished_at"],
                 "record_path": str(path),
@@ -132,7 +133,7 @@ def runs_frame(loaded) -> pl.DataFrame:
 
 def loader_workers(rec: dict) -> int | None:
     """DataLoader worker processes beside the training process (0 for the device loader; None if not recorded)."""
-    if ((rec.get("variant") or {}).get("knobs") or {}).get("loader") == "device":
+    if ((rec["variant"] or {}).get("knobs") or {}).get("loader") == "device":
         return 0
     return (rec["settings"]["train"].get("loader") or {}).get("num_workers")
 
@@ -150,7 +151,7 @@ def oversubscribed(rec: dict) -> bool:
 def compile_cache_columns(rec: dict) -> dict:
     """For a compiled run: which torch.compile cache it started with (cold, shared, or unknown in records made
     before gpuscale recorded it) and how many files that cache held; nulls for an uncompiled run."""
-    effective = (rec.get("variant") or {}).get("effective") or {}
+    effective = (rec["variant"] or {}).get("effective") or {}
     if effective.get("compile", "none") == "none":
         return {"compile_cache": None, "compile_cache_files_at_start": None}
     return {
@@ -193,7 +194,7 @@ def phases_frame(loaded) -> pl.DataFrame:
     """Per run and phase: seconds per step, share of the step, and that share of a steady epoch."""
     rows = []
     for source, _, rec in loaded:
-        profile = rec.get("phase_profile")
+        profile = rec["phase_profile"]
         if not profile:
             continue
         epochs = rec["epochs"]
@@ -222,7 +223,7 @@ def sampling_frame(loaded) -> pl.DataFrame:
     rows = []
     for source, _, rec in loaded:
         epochs = rec["epochs"]
-        if not epochs or any(e.get("extrapolated") or not e.get("step_marks") for e in epochs):
+        if not epochs or any(e["extrapolated"] or not e["step_marks"] for e in epochs):
             continue
         warmup = rec["settings"]["train"]["sample_warmup_steps"]
         marks = [{step: seconds for step, seconds in e["step_marks"]} for e in epochs]

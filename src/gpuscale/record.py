@@ -259,14 +259,13 @@ def load(path: Path | str) -> dict:
 
 
 def upgrade(record: dict) -> dict:
-    """An older record in the current shape (the one place readers' fallbacks live); schema_version is kept.
+    """A record in the current shape, whatever version wrote it (the one place readers' fallbacks live):
+    sections an older schema lacks, or that the schema lets a record leave out, are filled in as absent
+    (None) or their neutral value; schema_version is kept as written.
 
-    2 -> 3: no process.segments, no distributed (single process), no step marks.
-    1 -> 2: no phase profile, no energy, no variant details, epochs never sampled.
+    2 -> 3 added step marks, process.segments and distributed (a single process: None).
+    1 -> 2 added the phase profile, energy, variant details and sampled epochs (never sampled: False).
     """
-    version = record["schema_version"]
-    if version >= SCHEMA_VERSION:
-        return record
     record = {**record, "epochs": [dict(e) for e in record["epochs"]]}
     for name in ("phase_profile", "energy", "variant", "distributed"):
         record.setdefault(name, None)

@@ -9,6 +9,7 @@ timed apart, after the clock stops).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -28,7 +29,7 @@ from torch import nn
 from gpuscale import data as data_stage
 from gpuscale import energy, envinfo, loaders, nets, record, sampling, variants
 from gpuscale.models import MODELS
-from gpuscale.params import data_parallel_size
+from gpuscale.settings import DeviceSpec, RunSettings, TrainSettings
 
 log = logging.getLogger("gpuscale.train")
 
@@ -40,11 +41,8 @@ class TrainError(RuntimeError):
 def torch_device(slug: str) -> torch.device:
     """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device; a data-parallel
     spec ('cuda-ddp4', 'cpu-ddp2') gives its kind of device (each process then takes its own GPU)."""
-    if data_parallel_size(slug) > 1:
-        return torch.device(slug.split("-", 1)[0])
-    if slug.startswith("cuda-"):
-        return torch.device("cuda", int(slug.split("-", 1)[1]))
-    return torch.device(slug)
+    spec = DeviceSpec.parse(slug)
+    return torch.device(spec.kind) if spec.index is None else torch.device(spec.kind, spec.index)
 
 
 def device_unavailable_reason(device: torch.device) -> str | None:
@@ -353,10 +351,10 @@ def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
 
 def spec_unavailable_reason(spec: str) -> str | None:
     """Why a device spec (params spelling, data-parallel ones included) cannot run on this host, or None."""
-    world = data_parallel_size(spec)
+    world, kind = DeviceSpec.parse(spec).world_size, DeviceSpec.parse(spec).kind
     if world == 1:
         return device_unavailable_reason(torch_device(spec))
-    if spec.startswith("cuda"):
+    if kind == "cuda":
         reason = device_unavailable_reason(torch.device("cuda", 0))
         if reason is None and torch.cuda.device_count() < world:
             reason = f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
@@ -368,14 +366,15 @@ def run(
     settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None, resume: bool = False
 ) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
-    world, device_type = data_parallel_size(settings["device"]), torch_device(settings["device"]).type
+    run = RunSettings.from_dict(settings)  # validated params, typed once
+    world, device_type = run.device.world_size, run.device.kind
     ctx = None
-    if world > 1 and not spec_unavailable_reason(settings["device"]):
+    if world > 1 and not spec_unavailable_reason(run.device.spec):
         from gpuscale import distributed
 
         ctx = distributed.setup(device_type, world)
     try:
-        with variants.compile_cache(settings["variant_knobs"], device_type) as cache:
+        with variants.compile_cache(run.variant_knobs, device_type) as cache:
             return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
         if ctx is not None:
@@ -387,7 +386,8 @@ class RunContext:
     """What one process of a run works with: its settings, device, threads, and the run's bookkeeping."""
 
     settings: dict  # the run's settings as params gave them (the record keeps them)
-    train: dict  # train.* for this process (a data-parallel run shares out the batch)
+    run: RunSettings  # the same, typed
+    train: TrainSettings  # train.* for this process (a data-parallel run shares out the batch)
     device: torch.device
     threads: int
     out: Path
@@ -434,11 +434,11 @@ def _run(
     """
     run_ctx = prepare_context(settings, out, threads, resume, ctx)
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
-    model = MODELS[settings["model"]].build(len(dataset.classes))
+    model = MODELS[run_ctx.run.model].build(len(dataset.classes))
     base = base_record(settings, label, model, manifest, manifest_sha256)
     if manifest["synthetic"]:
         log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
-    reason = spec_unavailable_reason(settings["device"])
+    reason = spec_unavailable_reason(run_ctx.run.device.spec)
     if reason:
         return write_not_measured(run_ctx, base, reason)
     training = build_training(run_ctx, model, dataset, cache)
@@ -454,30 +454,30 @@ def _run(
     if ckpt is not None:
         ckpt[0].unlink(missing_ok=True)
     total = result["timing"]["total_train_seconds"]
-    log.info("%s %.2f s training in %d epochs -> %s", run_ctx.tag, total, run_ctx.train["epochs"], out)
+    log.info("%s %.2f s training in %d epochs -> %s", run_ctx.tag, total, run_ctx.train.epochs, out)
     return result
 
 
 def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool, ctx) -> RunContext:
     """Threads, device and per-process batch of this process; seeds and determinism set."""
-    train_settings = settings["train"]
-    if settings.get("sweep", {}).get("parameter") == "threads":
-        threads = settings["sweep"]["value"]  # the swept value wins over the job's threads
-    threads = threads or train_settings["cpu_threads"] or os.cpu_count() or 1
-    tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
-    run_ctx = RunContext(settings, train_settings, torch_device(settings["device"]), threads, out, resume, tag=tag)
+    run = RunSettings.from_dict(settings)
+    train = run.train
+    if run.sweep is not None and run.sweep.parameter == "threads":
+        threads = run.sweep.value  # the swept value wins over the job's threads
+    threads = threads or train.cpu_threads or os.cpu_count() or 1
+    tag = f"[{run.model} {run.device} {run.variant} seed{run.seed}]"
+    run_ctx = RunContext(settings, run, train, torch_device(run.device.spec), threads, out, resume, tag=tag)
     if ctx is not None:  # data-parallel: the job's threads shared out, one GPU per process
-        cuda = settings["device"].startswith("cuda")
-        per_process = train_settings["batch_size"]
-        if train_settings["distributed_batch"] == "global":
-            per_process = max(1, train_settings["batch_size"] // ctx.world_size)
+        per_process = train.batch_size
+        if train.distributed_batch == "global":
+            per_process = max(1, train.batch_size // ctx.world_size)
         run_ctx.threads = max(1, threads // ctx.world_size)
-        run_ctx.device = torch.device("cuda", ctx.local_rank) if cuda else torch.device("cpu")
-        run_ctx.train = {**train_settings, "batch_size": per_process}
+        run_ctx.device = torch.device("cuda", ctx.local_rank) if run.device.kind == "cuda" else torch.device("cpu")
+        run_ctx.train = dataclasses.replace(train, batch_size=per_process)
         run_ctx.ctx = ctx
         run_ctx.distributed = {
             **ctx.describe(),
-            "distributed_batch": train_settings["distributed_batch"],
+            "distributed_batch": train.distributed_batch,
             "per_process_batch_size": per_process,
             "global_batch_size": per_process * ctx.world_size,
         }
@@ -485,7 +485,7 @@ def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool
             log.warning("runtime.resume is not supported for data-parallel runs yet: running without checkpoints")
             run_ctx.resume = False
     torch.set_num_threads(run_ctx.threads)
-    set_determinism(settings["seed"], run_ctx.train["deterministic"])
+    set_determinism(run.seed, run_ctx.train.deterministic)
     return run_ctx
 
 
@@ -512,13 +512,13 @@ def base_record(settings: dict, label: str | None, model: nn.Module, manifest: d
 
 def write_not_measured(run_ctx: RunContext, base: dict, reason: str) -> dict:
     """The record of a device this host lacks (study.on_missing_device: record), or the error (: error)."""
-    settings = run_ctx.settings
-    if settings["on_missing_device"] == "error":
+    run = run_ctx.run
+    if run.on_missing_device == "error":
         raise TrainError(
-            f"device {settings['device']}: {reason} (study.on_missing_device: error; "
+            f"device {run.device}: {reason} (study.on_missing_device: error; "
             "set it to record to get a 'not measured' record instead)"
         )
-    log.warning("device %s not measured: %s", settings["device"], reason)
+    log.warning("device %s not measured: %s", run.device, reason)
     result = record.not_measured(
         base, reason, envinfo.capture(torch.device("cpu")), started_at=run_ctx.started_at, finished_at=now_iso()
     )
@@ -528,8 +528,8 @@ def write_not_measured(run_ctx: RunContext, base: dict, reason: str) -> dict:
 
 def build_training(run_ctx: RunContext, model: nn.Module, dataset, cache: dict | None) -> Training:
     """Model on its device and wrapped as the variant says, optimizer, scheduler and loaders."""
-    settings, device, ctx = run_ctx.settings, run_ctx.device, run_ctx.ctx
-    runner = variants.Runner(settings["variant"], settings["variant_knobs"], device, cache)
+    run, device, ctx = run_ctx.run, run_ctx.device, run_ctx.ctx
+    runner = variants.Runner(run.variant, run.variant_knobs, device, cache)
     core = model = model.to(device)
     wrap = sync = None
     if ctx is not None:
@@ -544,18 +544,18 @@ def build_training(run_ctx: RunContext, model: nn.Module, dataset, cache: dict |
             ctx.barrier()
 
     model = runner.prepare_model(model, wrap=wrap)
-    if run_ctx.train["max_steps_per_epoch"] and runner.effective["compile"] != "none":
+    if run_ctx.train.max_steps_per_epoch and runner.effective["compile"] != "none":
         runner.notes.append(
             "sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
             "batch falls outside the timed steps, so the first epoch is underestimated"
         )
-    optimizer, scheduler = make_optimizer(model, run_ctx.train, runner)
+    optimizer, scheduler = make_optimizer(model, run_ctx.train.to_dict(), runner)
     train_loader, test_loader = loaders.make_loaders(
         dataset,
-        run_ctx.train,
-        settings["variant_knobs"],
+        run_ctx.train.to_dict(),
+        run.variant_knobs,
         device,
-        settings["seed"],
+        run.seed,
         rank=ctx.rank if ctx else 0,
         world_size=ctx.world_size if ctx else 1,
     )
@@ -618,7 +618,7 @@ def train_epochs(run_ctx: RunContext, training: Training, meters, manifest_sha25
     epochs, segments, ckpt = [], [segment], None
     if run_ctx.resume:
         epochs, segments, ckpt = resume_state(run_ctx, training, manifest_sha256, segment)
-    first_epoch, epochs_total = len(epochs) + 1, run_ctx.train["epochs"]
+    first_epoch, epochs_total = len(epochs) + 1, run_ctx.train.epochs
     run_ctx.setup_seconds = time.perf_counter() - run_ctx.wall_start
     for epoch in range(first_epoch, epochs_total + 1):
         stats = one_epoch(run_ctx, training, meters, epoch)
@@ -633,7 +633,7 @@ def train_epochs(run_ctx: RunContext, training: Training, meters, manifest_sha25
 
 
 def _progress(run_ctx: RunContext, epoch: int, steps_per_epoch: int):
-    every, tag, epochs_total = run_ctx.train["log_every_steps"], run_ctx.tag, run_ctx.train["epochs"]
+    every, tag, epochs_total = run_ctx.train.log_every_steps, run_ctx.tag, run_ctx.train.epochs
 
     def progress(step, images_seen, loss_sum, start):
         if step % every == 0 or step == steps_per_epoch:
@@ -669,15 +669,15 @@ def one_epoch(run_ctx: RunContext, training: Training, meters, epoch: int) -> di
             t.criterion,
             t.optimizer,
             progress,
-            max_steps=run_ctx.train["max_steps_per_epoch"],
-            sample_warmup_steps=run_ctx.train["sample_warmup_steps"],
+            max_steps=run_ctx.train.max_steps_per_epoch,
+            sample_warmup_steps=run_ctx.train.sample_warmup_steps,
             runner=t.runner,
             sync=t.sync,
         )
     except torch.OutOfMemoryError:
         raise TrainError(
-            f"{run_ctx.tag}: out of {device.type} memory at batch size {run_ctx.train['batch_size']}; "
-            f"lower train.batch_size or models.{run_ctx.settings['model']}.batch_size"
+            f"{run_ctx.tag}: out of {device.type} memory at batch size {run_ctx.train.batch_size}; "
+            f"lower train.batch_size or models.{run_ctx.run.model}.batch_size"
         ) from None
     stats["energy_joules"] = epoch_energy(stats, joules_before, [meter.read() for meter in meters])
     if run_ctx.ctx is not None:
@@ -693,7 +693,7 @@ def one_epoch(run_ctx: RunContext, training: Training, meters, epoch: int) -> di
         "%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
         run_ctx.tag,
         epoch,
-        run_ctx.train["epochs"],
+        run_ctx.train.epochs,
         stats["train_seconds"],
         stats["images_per_second"],
         stats["train_loss"],
@@ -728,7 +728,7 @@ def reduce_over_processes(ctx, stats: dict, device: torch.device) -> None:
 
 def profile(run_ctx: RunContext, training: Training, epochs: list[dict]) -> dict | None:
     """The phase profile (train.phase_profile_steps instrumented steps), against the clean step time."""
-    steps = run_ctx.train["phase_profile_steps"]
+    steps = run_ctx.train.phase_profile_steps
     if not steps:
         return None
     t = training
