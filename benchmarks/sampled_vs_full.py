@@ -5,8 +5,8 @@ extrapolation).
 Runs `gpuscale train` full and sampled, interleaved so that a slow spell of the machine falls on both sides, on
 synthetic data (timings only; the accuracy means nothing). Prints, per run, the steady epochs (warm-up left out),
 the phase profile's instrumented step (run after training in both kinds of run: a gauge of the host's pace in
-that process) and, from each full run's own step marks, what the sampled protocol would have estimated for that very run: the
-first number mixes host drift with the extrapolation error, the second is the extrapolation error alone.
+that process) and, from each full run's own step marks, what the sampled protocol would have estimated for that
+very run: the first number mixes host drift with the extrapolation error, the second is the extrapolation error alone.
 
     python benchmarks/sampled_vs_full.py --threads 1 --rounds 3
 """

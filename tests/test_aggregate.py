@@ -169,7 +169,7 @@ def test_phase_shares_become_seconds_of_a_steady_epoch(tmp_path):
     rec["schema_version"] = 2
     path = records.write(tmp_path / "r", rec)
     phases = run(tmp_path, [path])["phases"]
-    by_phase = dict(zip(phases["phase"], phases["seconds_per_epoch"]))
+    by_phase = dict(zip(phases["phase"], phases["seconds_per_epoch"], strict=True))
     assert by_phase["data_wait"] == pytest.approx(0.8) and sum(by_phase.values()) == pytest.approx(2.0)
 
 

@@ -15,7 +15,9 @@ HEAVY = ("torch", "polars", "altair", "jinja2", "gpuscale.report", "gpuscale.cha
 
 def modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running `code` (which may end in SystemExit)."""
-    script = f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint('MODULES', ' '.join(sorted(sys.modules)))\n"
+    script = (
+        f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
     done = subprocess.run(
         [sys.executable, "-c", script], env=tool_env(), capture_output=True, text=True, check=True, cwd=REPO
     )

@@ -9,6 +9,7 @@ writes that file for the run and removes it after; where one exists already (a r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -123,10 +124,8 @@ def cluster(tmp_path):
         for daemon in ("slurmd", "slurmctld"):
             pid_file = root / f"{daemon}.pid"
             if pid_file.exists():
-                try:
+                with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid_file.read_text()), 15)
-                except (ProcessLookupError, ValueError):
-                    pass
         if SYSTEM_CONF.exists() and SYSTEM_CONF.read_text().startswith(MARK):
             SYSTEM_CONF.unlink()
 

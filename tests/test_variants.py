@@ -35,7 +35,7 @@ def test_device_loader_without_augmentation_equals_the_host_pipeline(prepared):
         train=False,
         seed=0,
     )
-    for (a, la), (b, lb) in zip(host_test, device_test):
+    for (a, la), (b, lb) in zip(host_test, device_test, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         assert torch.equal(la, lb)
 
@@ -67,7 +67,8 @@ def test_variants_give_distinct_labelled_records(prepared, tmp_path):
         "bf16" in n for n in tuned["variant"]["notes"]
     )
     assert "fused_optimizer" in tuned["variant"]["effective"]
-    # tuned asks for CUDA graphs (compile: reduce-overhead): on a CPU that cannot apply, so it ran uncompiled, and says so
+    # tuned asks for CUDA graphs (compile: reduce-overhead): on a CPU that cannot apply,
+    # so it ran uncompiled, and says so
     assert (
         tuned["variant"]["knobs"]["compile"] == "reduce-overhead" and tuned["variant"]["effective"]["compile"] == "none"
     )

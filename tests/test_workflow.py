@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO, TINY, copy_project, run, write_yaml
 
-from gpuscale import params, record
+from gpuscale import deps, params, record
 
 pytestmark = pytest.mark.e2e
 
@@ -56,11 +56,11 @@ def normalise(cmd: str) -> list[str]:
 def snakemake_jobs(repo) -> dict:
     """output -> (rule, inputs, command) from Snakemake's detailed summary of what ran."""
     summary = run(["snakemake", "--detailed-summary", "--cores", "1"], repo).stdout
-    lines = [l for l in summary.splitlines() if "\t" in l]
+    lines = [line for line in summary.splitlines() if "\t" in line]
     header = lines[0].split("\t")
     jobs = {}
     for line in lines[1:]:
-        row = dict(zip(header, line.split("\t")))
+        row = dict(zip(header, line.split("\t"), strict=False))
         inputs = {i for i in row["input-file(s)"].split(",") if i and i != "-"}
         jobs[row["output_file"]] = (row["rule"], inputs, row["shellcmd"])
     return jobs
@@ -118,11 +118,50 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
     jobs, stages = snakemake_jobs(repo), dvc_stages(repo)
     assert set(jobs) == set(stages)
     for output, (rule, inputs, command) in jobs.items():
-        stage, deps, dvc_cmd = stages[output]
+        stage, dvc_deps, dvc_cmd = stages[output]
         assert stage.split("@")[0] == rule
-        assert covers(deps, inputs), output
+        assert covers(dvc_deps, inputs), output
         assert normalise(command) == normalise(dvc_cmd), output
     assert (repo / "reports/index.html").exists()
+    for name, keys in dvc_params(repo).items():  # each DVC stage depends on the keys its command reads
+        assert keys == set(deps.STAGE_PARAMS[name.split("@")[0]]) or name.startswith(("train", "sweep")), name
+    planned_after_edits(repo)
+
+
+def planned(repo) -> tuple[set, set]:
+    """(Snakemake's planned rules, DVC's changed stages without host), from a dry run and `dvc status`."""
+    dry = run(["snakemake", "-n", "--cores", "2"], repo).stdout
+    stats = dry.split("Job stats:")[1].split("total")[0] if "Job stats:" in dry else ""
+    rules = {m for m in re.findall(r"^(\w+)\s+\d+\s*$", stats, flags=re.MULTILINE)}
+    return rules, {name.split("@")[0] for name in dvc_status(repo)} - {"host"}
+
+
+def planned_after_edits(repo):
+    """Only what an edit reaches reruns: report.title the report, report code the report, loop code training."""
+    config = yaml.safe_load((repo / "params.yaml").read_text())
+    config["report"]["title"] = "Another title"
+    write_yaml(repo / "params.yaml", config)
+    assert planned(repo) == ({"report", "all"}, {"report"})
+    with (repo / "src/gpuscale/report.py").open("a") as fh:
+        fh.write("# an edit in the report's import closure\n")
+    assert planned(repo) == ({"report", "all"}, {"report"})
+    with (repo / "src/gpuscale/loaders.py").open("a") as fh:
+        fh.write("# an edit in training's import closure\n")
+    rules, stages = planned(repo)
+    assert {"train", "sweep_threads", "sweep_batch", "aggregate"} <= rules
+    assert {"train", "sweep_threads", "sweep_batch", "report"} <= stages
+
+
+def dvc_params(repo) -> dict:
+    """stage -> the params keys it depends on, as DVC resolved them (matrix items filled in)."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc_repo:
+        return {
+            stage.name: {key for d in stage.deps if isinstance(d, ParamsDependency) for key in d.params}
+            for stage in dvc_repo.index.stages
+        }
 
 
 def covers(dvc_deps: set, snakemake_inputs: set) -> bool:

@@ -1,27 +1,41 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
-Reads every record through gpuscale.record.load(); writes results/tables/{runs,epochs,speedup,fits,phases,gains,sweeps,sampling}
-as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json. Output is deterministic: rows sorted,
-columns in a fixed order, so rerunning on the same records changes no byte.
+Reads every record through gpuscale.record.load() (which upgrades older schema versions, so no fallbacks
+across versions here); writes the tables of gpuscale.tables to results/tables
+as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json.
+Output is deterministic: rows sorted, columns in a fixed order, so rerunning on the same records changes no byte.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
 
 import polars as pl
 
-from gpuscale import analysis, fsutil, paper, record, sampling
+from gpuscale import analysis, fsutil, record, sampling, tables
+from gpuscale import settings as typed
+
+# The table contract lives in gpuscale.tables; these names stay importable from here for one release.
+from gpuscale.tables import (  # noqa: F401
+    EPOCH_SCHEMA,
+    FIT_LABELS,
+    FITS_SCHEMA,
+    KEY_COLUMNS,
+    LOCAL_SOURCE,
+    PAPER_SOURCE,
+    PHASE_SCHEMA,
+    RUN_SCHEMA,
+    SAMPLING_SCHEMA,
+    SCALING_SCHEMA,
+    TABLES,
+    Fit,
+    paper_frame,
+    read_tables,
+)
 
 log = logging.getLogger("gpuscale.aggregate")
-
-LOCAL_SOURCE = "this host"
-PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
-KEY_COLUMNS = ["source", "model", "device", "variant", "seed", "sweep_parameter", "sweep_value"]
-TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling")
 
 
 class AggregateError(RuntimeError):
@@ -58,90 +72,13 @@ def host_label(rec: dict) -> str:
     return f"{env['host']} ({env['gpu']['name'] if env.get('gpu') else env['cpu_model']})"
 
 
-RUN_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
-    "status": pl.String,
-    "not_measured_reason": pl.String,
-    "label": pl.String,
-    "host": pl.String,
-    "hostname": pl.String,
-    "cpu_model": pl.String,
-    "cpu_logical_cores": pl.Int64,
-    "torch_threads": pl.Int64,
-    "loader_workers": pl.Int64,
-    "oversubscribed": pl.Boolean,
-    "compile_cache": pl.String,
-    "compile_cache_files_at_start": pl.Int64,
-    "gpu_name": pl.String,
-    "gpu_driver": pl.String,
-    "torch_version": pl.String,
-    "cuda_version": pl.String,
-    "cudnn_version": pl.Int64,
-    "git_commit": pl.String,
-    "parameters": pl.Int64,
-    "train_flops_per_image": pl.Int64,
-    "epochs": pl.Int64,
-    "batch_size": pl.Int64,
-    "world_size": pl.Int64,
-    "global_batch_size": pl.Int64,
-    "data_source": pl.String,
-    "synthetic": pl.Boolean,
-    "train_images": pl.Int64,
-    "test_images": pl.Int64,
-    "manifest_sha256": pl.String,
-    "total_train_seconds": pl.Float64,
-    "epoch_seconds_mean": pl.Float64,
-    "warmup_epoch_seconds": pl.Float64,
-    "steady_epoch_seconds_median": pl.Float64,
-    "total_eval_seconds": pl.Float64,
-    "train_images_per_second": pl.Float64,
-    "steady_images_per_second": pl.Float64,
-    "extrapolated": pl.Boolean,
-    "final_test_accuracy": pl.Float64,
-    "gpu_joules_per_epoch": pl.Float64,
-    "cpu_joules_per_epoch": pl.Float64,
-    "gpu_images_per_joule": pl.Float64,
-    "energy_note": pl.String,
-    "phase_overhead_fraction": pl.Float64,
-    "started_at": pl.String,
-    "finished_at": pl.String,
-    "record_path": pl.String,
-    "record_sha256": pl.String,
-}
-EPOCH_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
-    "epoch": pl.Int64,
-    "warmup": pl.Boolean,
-    "train_seconds": pl.Float64,
-    "eval_seconds": pl.Float64,
-    "images_per_second": pl.Float64,
-    "train_loss": pl.Float64,
-    "train_accuracy": pl.Float64,
-    "test_loss": pl.Float64,
-    "test_accuracy": pl.Float64,
-    "learning_rate": pl.Float64,
-}
-
-
 def runs_frame(loaded) -> pl.DataFrame:
     rows = []
     for source, path, rec in loaded:
         env, timing, quality = rec["environment"], rec["timing"] or {}, rec["quality"] or {}
         settings = rec["settings"]["train"]
         epochs = rec["epochs"]
-        distributed = rec.get("distributed") or {}
+        distributed = rec["distributed"] or {}
         rows.append(
             {
                 "source": source,
@@ -183,8 +120,8 @@ def runs_frame(loaded) -> pl.DataFrame:
                 "steady_images_per_second": timing.get("steady_images_per_second"),
                 "extrapolated": timing.get("extrapolated", False),
                 "final_test_accuracy": quality.get("final_test_accuracy"),
-                **energy_columns(rec.get("energy")),
-                "phase_overhead_fraction": (rec.get("phase_profile") or {}).get("overhead_fraction"),
+                **energy_columns(rec["energy"]),
+                "phase_overhead_fraction": (rec["phase_profile"] or {}).get("overhead_fraction"),
                 "started_at": rec["started_at"],
                 "finished_at": rec["finished_at"],
                 "record_path": str(path),
@@ -196,7 +133,7 @@ def runs_frame(loaded) -> pl.DataFrame:
 
 def loader_workers(rec: dict) -> int | None:
     """DataLoader worker processes beside the training process (0 for the device loader; None if not recorded)."""
-    if ((rec.get("variant") or {}).get("knobs") or {}).get("loader") == "device":
+    if ((rec["variant"] or {}).get("knobs") or {}).get("loader") == "device":
         return 0
     return (rec["settings"]["train"].get("loader") or {}).get("num_workers")
 
@@ -214,7 +151,7 @@ def oversubscribed(rec: dict) -> bool:
 def compile_cache_columns(rec: dict) -> dict:
     """For a compiled run: which torch.compile cache it started with (cold, shared, or unknown in records made
     before gpuscale recorded it) and how many files that cache held; nulls for an uncompiled run."""
-    effective = (rec.get("variant") or {}).get("effective") or {}
+    effective = (rec["variant"] or {}).get("effective") or {}
     if effective.get("compile", "none") == "none":
         return {"compile_cache": None, "compile_cache_files_at_start": None}
     return {
@@ -250,29 +187,14 @@ def energy_columns(energy: dict | None) -> dict:
     }
 
 
-PHASE_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
-    "phase": pl.String,
-    "seconds_per_step": pl.Float64,
-    "fraction": pl.Float64,
-    "seconds_per_epoch": pl.Float64,
-    "overhead_fraction": pl.Float64,
-    "profile_steps": pl.Int64,
-}
-PHASE_ORDER = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
+PHASE_ORDER = record.PHASES
 
 
 def phases_frame(loaded) -> pl.DataFrame:
     """Per run and phase: seconds per step, share of the step, and that share of a steady epoch."""
     rows = []
     for source, _, rec in loaded:
-        profile = rec.get("phase_profile")
+        profile = rec["phase_profile"]
         if not profile:
             continue
         epochs = rec["epochs"]
@@ -295,33 +217,13 @@ def phases_frame(loaded) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=PHASE_SCHEMA).sort([*KEY_COLUMNS, "phase"])
 
 
-SAMPLING_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
-    "sampled_steps": pl.Int64,
-    "warmup_steps": pl.Int64,
-    "steps_per_epoch": pl.Int64,
-    "epochs": pl.Int64,
-    "estimated_total_seconds": pl.Float64,
-    "measured_total_seconds": pl.Float64,
-    "error": pl.Float64,
-    "epoch_error_min": pl.Float64,
-    "epoch_error_max": pl.Float64,
-}
-
-
 def sampling_frame(loaded) -> pl.DataFrame:
     """The sampled protocol checked on full runs: for each run timed in full whose epochs carry step marks, what
     timing only the first N steps of every epoch would have estimated for the total, against the measured total."""
     rows = []
     for source, _, rec in loaded:
         epochs = rec["epochs"]
-        if not epochs or any(e.get("extrapolated") or not e.get("step_marks") for e in epochs):
+        if not epochs or any(e["extrapolated"] or not e["step_marks"] for e in epochs):
             continue
         warmup = rec["settings"]["train"]["sample_warmup_steps"]
         marks = [{step: seconds for step, seconds in e["step_marks"]} for e in epochs]
@@ -330,8 +232,10 @@ def sampling_frame(loaded) -> pl.DataFrame:
             continue
         measured = sum(e["train_seconds"] for e in epochs)
         for n in sorted(s for s in common if s > warmup):
-            estimates = [sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs)]
-            errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs)]
+            estimates = [
+                sampling.extrapolate(m[warmup], m[n], warmup, n, e["steps"]) for m, e in zip(marks, epochs, strict=True)
+            ]
+            errors = [est / e["train_seconds"] - 1 for est, e in zip(estimates, epochs, strict=True)]
             rows.append(
                 {
                     "source": source,
@@ -364,6 +268,22 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
 
     CPU and GPU are only ever paired within one source (one host's records), never across hosts.
     """
+    out = _speedup_columns(_cpu_beside_gpu(runs), tolerance)
+    intervals = [
+        analysis.bootstrap_ratio_ci(c or [], g or [])
+        for c, g in zip(
+            out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list(), strict=True
+        )
+    ]
+    out = out.with_columns(
+        pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
+        pl.Series("speedup_ci_high", [hi for _, hi in intervals], dtype=pl.Float64),
+    ).drop("epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu")
+    return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
+
+
+def _cpu_beside_gpu(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per (source, model, variant, GPU device): the GPU's medians over seeds with the CPU's (suffix _cpu)."""
     # single-device runs only: data-parallel ones (cuda-ddpN, cpu-ddpN) go to the scaling table
     measured = runs.filter(
         (pl.col("status") == "measured") & pl.col("sweep_parameter").is_null() & (pl.col("world_size") == 1)
@@ -392,9 +312,12 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
         .group_by(["source", "model", "variant"])
         .agg(pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
     )
-    joined = joined.join(missing, on=["source", "model", "variant"], how="left")
+    return joined.join(missing, on=["source", "model", "variant"], how="left")
+
+
+def _speedup_columns(joined: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     either_sampled = pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)
-    out = joined.select(
+    return joined.select(
         "source",
         "model",
         "variant",
@@ -433,15 +356,6 @@ def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
     ).with_columns(
         (pl.col("accuracy_difference").abs() <= tolerance).alias("accuracy_parity"),
     )
-    intervals = [
-        analysis.bootstrap_ratio_ci(c or [], g or [])
-        for c, g in zip(out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list())
-    ]
-    out = out.with_columns(
-        pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
-        pl.Series("speedup_ci_high", [hi for _, hi in intervals], dtype=pl.Float64),
-    ).drop("epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu")
-    return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
 
 
 def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
@@ -486,29 +400,13 @@ def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
     )
 
 
-SCALING_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "variant": pl.String,
-    "device": pl.String,
-    "base_device": pl.String,
-    "world_size": pl.Int64,
-    "global_batch_size": pl.Int64,
-    "epoch_seconds": pl.Float64,
-    "base_epoch_seconds": pl.Float64,
-    "speedup": pl.Float64,
-    "efficiency": pl.Float64,
-    "extrapolated": pl.Boolean,
-}
-
-
 def scaling_frame(runs: pl.DataFrame) -> pl.DataFrame:
     """Data-parallel runs against one process of the same kind (cuda-ddpN against cuda, cpu-ddpN against cpu),
     per source, model and variant: speedup of the steady epoch (the first epoch holds start-up and compilation)
     and scaling efficiency = speedup / processes."""
     measured = runs.filter((pl.col("status") == "measured") & pl.col("sweep_parameter").is_null()).with_columns(
         pl.coalesce("steady_epoch_seconds_median", "epoch_seconds_mean").alias("epoch_seconds"),
-        pl.col("device").str.replace(r"-ddp\d+$", "").alias("base_device"),
+        pl.col("device").str.replace(typed.DATA_PARALLEL_SUFFIX, "").alias("base_device"),
     )
     per = measured.group_by(["source", "model", "variant", "device", "base_device"]).agg(
         pl.col("world_size").first(),
@@ -566,10 +464,11 @@ def thread_fits(sweeps: pl.DataFrame) -> list[dict]:
             _fit_row(
                 source,
                 variant,
-                f"CPU threads, {model}: T = a + b / N (estimate = P)",
+                Fit.THREADS,
                 fit,
                 fit.get("parallel_fraction"),
                 fit.get("parallel_fraction_se"),
+                model=model,
             )
         )
     return rows
@@ -594,15 +493,13 @@ def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.
         amdahl = analysis.amdahl_fit(frame["cpu_epoch_seconds"], frame["gpu_epoch_seconds"])
         for predictor, fit in group_fits.items():
             rows.append(
-                _fit_row(
-                    source, variant, f"log speedup ~ log {predictor}", fit, fit.get("exponent"), fit.get("exponent_se")
-                )
+                _fit_row(source, variant, SCALING_FITS[predictor], fit, fit.get("exponent"), fit.get("exponent_se"))
             )
         rows.append(
             _fit_row(
                 source,
                 variant,
-                "T_gpu = s + T_cpu / k (per epoch)",
+                Fit.AMDAHL,
                 amdahl,
                 amdahl.get("acceleration"),
                 amdahl.get("acceleration_se"),
@@ -617,36 +514,20 @@ def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.
         }
     if sweeps is not None:
         rows += thread_fits(sweeps)
-    columns = {
-        "source": pl.String,
-        "variant": pl.String,
-        "fit": pl.String,
-        "ok": pl.Boolean,
-        "points": pl.Int64,
-        "estimate": pl.Float64,
-        "estimate_se": pl.Float64,
-        "intercept": pl.Float64,
-        "intercept_se": pl.Float64,
-        "r2": pl.Float64,
-        "note": pl.String,
-    }
-    return pl.DataFrame(rows, schema=columns), summary
+    return pl.DataFrame(rows, schema=FITS_SCHEMA), summary
 
 
-def paper_frame() -> pl.DataFrame:
-    """The paper's table in the speedup table's terms (per-epoch seconds: its totals over 10 epochs)."""
-    return pl.DataFrame(paper.ROWS).with_columns(
-        (pl.col("cpu_seconds") / paper.EPOCHS).alias("cpu_epoch_seconds"),
-        (pl.col("gpu_seconds") / paper.EPOCHS).alias("gpu_epoch_seconds"),
-        pl.lit(PAPER_SOURCE).alias("source"),
-    )
+# The scaling fits by predictor (the fit summary in notes.json and metrics keep these names).
+SCALING_FITS = {"parameters": Fit.SCALING_PARAMETERS, "training FLOPs per image": Fit.SCALING_FLOPS}
 
 
-def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, intercept_se=None) -> dict:
+def _fit_row(
+    source, variant, fit_id: Fit, fit, estimate, estimate_se, intercept=None, intercept_se=None, model=None
+) -> dict:
     return {
         "source": source,
         "variant": variant,
-        "fit": name,
+        "fit": FIT_LABELS[fit_id].format(model=model),
         "ok": fit["ok"],
         "points": fit["n"],
         "estimate": estimate,
@@ -655,11 +536,14 @@ def _fit_row(source, variant, name, fit, estimate, estimate_se, intercept=None, 
         "intercept_se": intercept_se if intercept_se is not None else fit.get("intercept_se"),
         "r2": fit.get("r2"),
         "note": fit.get("reason") or fit.get("note", ""),
+        "fit_id": fit_id.value,
+        "model": model,
     }
 
 
 def overlaps(runs: pl.DataFrame) -> list[dict]:
-    """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the workflow)."""
+    """Timing runs on one host whose [started_at, finished_at] intervals intersect (made by hand, not by the
+    workflow)."""
     measured = runs.filter(pl.col("status") == "measured").select(
         "source",
         "hostname",
@@ -750,30 +634,15 @@ def run(
         "sampling": sampling,
         "scaling": scaling,
     }
-    for name, frame in frames.items():
-        with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
-            frame.write_csv(tmp)
-    for name, frame in frames.items():
-        with fsutil.atomic_path(out_dir / f"{name}.parquet") as tmp:
-            frame.write_parquet(tmp, statistics=False)
     extras = {
         "skipped_records": skipped,
         "overlapping_runs": overlaps(runs),
         "fit_summary": _clean(summary),
         "sources": {k: len(v) for k, v in sources.items()},
     }
-    fsutil.write_json(out_dir / "notes.json", extras)
+    tables.write_tables(frames, extras, out_dir)
     fsutil.write_json(metrics_path, metrics(speedup, summary))
     log.info(
         "aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir
     )
     return {**frames, **extras}
-
-
-def read_tables(out_dir: Path) -> dict:
-    """The tables and notes as the aggregation stage wrote them (for charts and the report)."""
-    out_dir = Path(out_dir)
-    # Parquet keeps the column types (a CSV of an all-empty column would come back as text).
-    tables = {name: pl.read_parquet(out_dir / f"{name}.parquet") for name in TABLES}
-    tables.update(json.loads((out_dir / "notes.json").read_text()))
-    return tables

@@ -70,7 +70,8 @@ def compare_predictors(fits: dict[str, dict]) -> str:
 
 
 def amdahl_fit(cpu_seconds, gpu_seconds) -> dict:
-    """T_gpu = s + T_cpu / k across models: s seconds the GPU does not accelerate, k how much faster it runs the rest."""
+    """T_gpu = s + T_cpu / k across models: s seconds the GPU does not accelerate, k how much faster it runs
+    the rest."""
     fit = linear_fit(cpu_seconds, gpu_seconds)
     if not fit["ok"]:
         return fit

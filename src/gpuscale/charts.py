@@ -403,7 +403,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
     if data.is_empty():
         return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
     curves = []
-    for (source, model, variant), frame in data.group_by(["source", "model", "variant"], maintain_order=True):
+    for (source, model, _variant), frame in data.group_by(["source", "model", "variant"], maintain_order=True):
         fit = analysis.thread_fit(frame["value"], frame["epoch_seconds"])
         if not fit["ok"]:
             continue

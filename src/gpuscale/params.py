@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import json
 import re
 from importlib import resources
 from pathlib import Path
@@ -18,10 +17,12 @@ from typing import Any
 
 import yaml
 
+from gpuscale import settings as typed
 from gpuscale.models import MODEL_NAMES
+from gpuscale.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
 
+DATA_FILES = ("schemas/params.schema.yaml",)  # package data this module reads (gpuscale.deps)
 DEFAULT_PARAMS = Path("params.yaml")
-DEVICE_PATTERN = re.compile(r"^(cpu|cuda(-[0-9]+)?|mps|(cpu|cuda)-ddp([2-9]|[1-9][0-9]+))$")
 
 
 class ParamsError(ValueError):
@@ -120,7 +121,8 @@ def _describe(error) -> str:
         return f"{_key_path(path)}: {error.instance!r} has the wrong type (allowed: {wanted})"
     if validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         words = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
-        return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {words[validator]} {error.validator_value})"
+        allowed = f"{words[validator]} {error.validator_value}"
+        return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {allowed})"
     if validator == "pattern":
         hint = sub.get("description") or f"matching {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is malformed (allowed: {hint})"
@@ -173,9 +175,9 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             f"(defined: {', '.join(config['variants'])})"
         )
     for index, device in enumerate(config["study"]["devices"]):
-        if not DEVICE_PATTERN.match(device):
+        if not typed.is_device(device):
             raise ParamsError(
-                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2)"
+                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})"
             )
 
 
@@ -185,6 +187,11 @@ def train_settings(config: dict, model: str) -> dict:
     for key, value in ((config.get("models") or {}).get(model) or {}).items():
         settings[key] = copy.deepcopy(value)
     return settings
+
+
+def typed_run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> typed.RunSettings:
+    """run_settings as frozen dataclasses (gpuscale.settings.RunSettings)."""
+    return typed.RunSettings.from_dict(run_settings(config, model, device, variant, seed))
 
 
 def run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> dict:
@@ -200,6 +207,22 @@ def run_settings(config: dict, model: str, device: str, variant: str, seed: int)
     }
 
 
+def select(config: dict, keys: list[str], item: dict | None = None) -> dict:
+    """The values of dotted params keys ('report.title'; '${item.model}' filled from item), missing ones None.
+
+    What a stage depends on (gpuscale.deps.STAGE_PARAMS): Snakemake rules pass it as params, DVC lists the keys.
+    """
+    out = {}
+    for key in keys:
+        for name, value in (item or {}).items():
+            key = key.replace(f"${{item.{name}}}", str(value))
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[key] = copy.deepcopy(node)
+    return out
+
+
 def run_keys(config: dict) -> list[dict]:
     """Every (model, device, variant, seed) the study asks for, in a stable order."""
     study = config["study"]
@@ -210,14 +233,6 @@ def run_keys(config: dict) -> list[dict]:
         for v in study["variants"]
         for s in study["seeds"]
     ]
-
-
-def record_path(model: str, device: str, variant: str, seed: int, root: str = "results/runs") -> str:
-    return f"{root}/{model}/{device}/{variant}-seed{seed}.json"
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}
@@ -268,13 +283,6 @@ def sweep_settings(config: dict, model: str, device: str, parameter: str, value:
     return settings
 
 
-def sweep_record_path(
-    model: str, device: str, parameter: str, value: int, variant: str, seed: int, root: str = "results/runs"
-) -> str:
-    return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
-
-
 def data_parallel_size(device: str) -> int:
     """Processes of a data-parallel device spec (cuda-ddp4 -> 4); 1 for a single device."""
-    match = re.fullmatch(r"(cpu|cuda)-ddp(\d+)", device)
-    return int(match.group(2)) if match else 1
+    return typed.DeviceSpec.parse(device).world_size if typed.is_device(device) else 1

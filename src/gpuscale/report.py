@@ -18,6 +18,7 @@ from great_tables import GT, loc, style
 
 from gpuscale import aggregate, charts, fsutil, paper
 
+DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
 
 CHART_HELP = {
@@ -316,7 +317,7 @@ def warnings(tables: dict) -> list[str]:
             f"{o['source']} on {o['host']}: timing runs overlapped in time ({' and '.join(o['runs'])}); "
             "both timings may be distorted."
         )
-    for r in speedup.filter(pl.col("accuracy_parity") == False).iter_rows(named=True):
+    for r in speedup.filter(pl.col("accuracy_parity").not_()).iter_rows(named=True):
         out.append(
             f"{r['source']}: {r['model']} ({r['variant']}) accuracy differs between CPU and GPU by "
             f"{r['accuracy_difference']:+.2%}, beyond the tolerance."

@@ -9,6 +9,7 @@ timed apart, after the clock stops).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -16,6 +17,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,7 @@ from torch import nn
 from gpuscale import data as data_stage
 from gpuscale import energy, envinfo, loaders, nets, record, sampling, timinglock, variants
 from gpuscale.models import MODELS
-from gpuscale.params import data_parallel_size
+from gpuscale.settings import DeviceSpec, RunSettings, TrainSettings
 
 log = logging.getLogger("gpuscale.train")
 
@@ -37,11 +39,8 @@ class TrainError(RuntimeError):
 def torch_device(slug: str) -> torch.device:
     """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device; a data-parallel
     spec ('cuda-ddp4', 'cpu-ddp2') gives its kind of device (each process then takes its own GPU)."""
-    if data_parallel_size(slug) > 1:
-        return torch.device(slug.split("-", 1)[0])
-    if slug.startswith("cuda-"):
-        return torch.device("cuda", int(slug.split("-", 1)[1]))
-    return torch.device(slug)
+    spec = DeviceSpec.parse(slug)
+    return torch.device(spec.kind) if spec.index is None else torch.device(spec.kind, spec.index)
 
 
 def device_unavailable_reason(device: torch.device) -> str | None:
@@ -120,6 +119,51 @@ def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: 
 STEP_MARKS = (10, 20, 40, 60, 100, 200, 400, 800)
 
 
+class _EpochClock:
+    """The few synchronised clock reads of an epoch (negligible): step marks, from which the error the sampled
+    protocol would make on this very epoch is known (gpuscale.aggregate's `sampling` table), and the sampled
+    protocol's warm-up and stop. The loop calls `at(step)` only on the steps in `attention`."""
+
+    def __init__(self, steps_per_epoch: int, max_steps: int | None, warmup_steps: int, sync):
+        self.steps_per_epoch, self.max_steps, self.sync = steps_per_epoch, max_steps, sync
+        self.sampled = max_steps is not None and max_steps < steps_per_epoch
+        self.warmup = min(warmup_steps, max_steps - 1) if self.sampled else 0
+        self.marks = {m for m in (warmup_steps, *STEP_MARKS) if 0 < m < steps_per_epoch}
+        self.attention = self.marks | ({self.warmup, max_steps} if self.sampled else set())
+        self.step_marks: list[list] = []
+        self.warm_seconds = 0.0
+        self.start = 0.0
+
+    def at(self, step: int) -> bool:
+        """Read the clock where this step needs it; True when a sampled epoch stops here."""
+        if step in self.marks or (self.sampled and step == self.warmup):
+            self.sync()
+            elapsed = time.perf_counter() - self.start
+            if step in self.marks:
+                self.step_marks.append([step, elapsed])
+            if self.sampled and step == self.warmup:
+                self.warm_seconds = elapsed
+        return self.sampled and step >= self.max_steps
+
+    def stats(self, steps: int, images_seen: int, dataset_size: int) -> dict:
+        """The epoch's time and size: measured, or for a sampled epoch extrapolated to the whole epoch."""
+        measured = time.perf_counter() - self.start
+        seconds = measured
+        if self.sampled:
+            seconds = sampling.extrapolate(self.warm_seconds, measured, self.warmup, steps, self.steps_per_epoch)
+        images = dataset_size if self.sampled else images_seen
+        return {
+            "train_seconds": seconds,
+            "train_images": images,
+            "steps": self.steps_per_epoch if self.sampled else steps,
+            "measured_steps": steps,
+            "measured_seconds": measured,
+            "extrapolated": self.sampled,
+            "step_marks": self.step_marks,
+            "images_per_second": images / seconds if seconds > 0 else 0.0,
+        }
+
+
 def train_epoch(
     model,
     loader,
@@ -141,22 +185,14 @@ def train_epoch(
     runner = runner or variants.Runner("paper", variants.PAPER_KNOBS, device)
     sync = sync or (lambda: synchronize(device))  # data-parallel: also a barrier, so rank 0's clock covers all
     model.train()
-    steps_per_epoch = len(loader)
-    sampled = max_steps is not None and max_steps < steps_per_epoch
-    warmup = min(sample_warmup_steps, max_steps - 1) if sampled else 0
+    clock = _EpochClock(len(loader), max_steps, sample_warmup_steps, sync)
     # Per-step results stay on the device as scalars; summed once at the end (no host sync, fewest kernels).
     losses: list[torch.Tensor] = []
     corrects: list[torch.Tensor] = []
     sizes: list[int] = []
-    images_seen = 0
-    steps = 0
-    warm_seconds = 0.0
-    # A few synchronised clock reads per epoch (negligible): from them, the error the sampled protocol would
-    # make on this very epoch is known (gpuscale.aggregate's `sampling` table).
-    marks = {m for m in (sample_warmup_steps, *STEP_MARKS) if 0 < m < steps_per_epoch}
-    step_marks: list[list] = []
+    images_seen = steps = 0
     sync()
-    start = time.perf_counter()
+    clock.start = time.perf_counter()
     for images, labels in loader:
         images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
@@ -170,32 +206,12 @@ def train_epoch(
         sizes.append(labels.numel())
         images_seen += sizes[-1]
         steps += 1
-        progress(steps, images_seen, lambda: weighted_loss_sum(losses, sizes), start)
-        if steps in marks or (sampled and steps == warmup):
-            sync()
-            elapsed = time.perf_counter() - start
-            if steps in marks:
-                step_marks.append([steps, elapsed])
-            if sampled and steps == warmup:
-                warm_seconds = elapsed
-        if sampled and steps >= max_steps:
+        progress(steps, images_seen, lambda: weighted_loss_sum(losses, sizes), clock.start)
+        if steps in clock.attention and clock.at(steps):
             break
     sync()
-    measured_seconds = time.perf_counter() - start
-    seconds = measured_seconds
-    train_images = images_seen
-    if sampled:
-        seconds = sampling.extrapolate(warm_seconds, measured_seconds, warmup, steps, steps_per_epoch)
-        train_images = len(loader.dataset)
     return {
-        "train_seconds": seconds,
-        "train_images": train_images,
-        "steps": steps_per_epoch if sampled else steps,
-        "measured_steps": steps,
-        "measured_seconds": measured_seconds,
-        "extrapolated": sampled,
-        "step_marks": step_marks,
-        "images_per_second": train_images / seconds if seconds > 0 else 0.0,
+        **clock.stats(steps, images_seen, len(loader.dataset)),
         "train_loss": weighted_loss_sum(losses, sizes) / max(images_seen, 1),
         "train_accuracy": torch.stack(corrects).sum().item() / max(images_seen, 1),
     }
@@ -207,7 +223,27 @@ def weighted_loss_sum(losses: list[torch.Tensor], sizes: list[int]) -> float:
     return float((torch.stack(losses) * weights).sum())
 
 
-PHASES = ("data_wait", "host_to_device", "forward", "backward", "optimizer")
+PHASES = record.PHASES
+
+
+class _StepClock:
+    """Five time stamps around a step's phases: CUDA events on the GPU, perf_counter elsewhere."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.marks: list = [torch.cuda.Event(enable_timing=True) for _ in range(5)] if cuda else [0.0] * 5
+
+    def __call__(self, i: int) -> None:
+        if self.cuda:
+            self.marks[i].record()
+        else:
+            self.marks[i] = time.perf_counter()
+
+    def spans(self) -> list[float]:
+        """Seconds between consecutive stamps (after the device was synchronised)."""
+        if self.cuda:
+            return [self.marks[i].elapsed_time(self.marks[i + 1]) / 1000.0 for i in range(4)]
+        return [self.marks[i + 1] - self.marks[i] for i in range(4)]
 
 
 def profile_phases(model, loader, device, criterion, optimizer, steps: int, runner: variants.Runner) -> dict:
@@ -232,12 +268,7 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
             iterator = iter(loader)
             continue
         totals["data_wait"] += time.perf_counter() - t0
-        if cuda:
-            marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
-            clock = lambda i: marks[i].record()
-        else:
-            stamps = [0.0] * 5
-            clock = lambda i: stamps.__setitem__(i, time.perf_counter())
+        clock = _StepClock(cuda)
         clock(0)
         images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
@@ -252,11 +283,7 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
         runner.step(optimizer)
         clock(4)
         synchronize(device)
-        if cuda:
-            spans = [marks[i].elapsed_time(marks[i + 1]) / 1000.0 for i in range(4)]
-        else:
-            spans = [stamps[i + 1] - stamps[i] for i in range(4)]
-        for phase, span in zip(PHASES[1:], spans):
+        for phase, span in zip(PHASES[1:], clock.spans(), strict=True):
             totals[phase] += span
         done += 1
     wall = time.perf_counter() - wall_start
@@ -322,10 +349,10 @@ def energy_summary(epochs: list[dict], gpu_energy, cpu_energy) -> dict:
 
 def spec_unavailable_reason(spec: str) -> str | None:
     """Why a device spec (params spelling, data-parallel ones included) cannot run on this host, or None."""
-    world = data_parallel_size(spec)
+    world, kind = DeviceSpec.parse(spec).world_size, DeviceSpec.parse(spec).kind
     if world == 1:
         return device_unavailable_reason(torch_device(spec))
-    if spec.startswith("cuda"):
+    if kind == "cuda":
         reason = device_unavailable_reason(torch.device("cuda", 0))
         if reason is None and torch.cuda.device_count() < world:
             reason = f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
@@ -337,21 +364,57 @@ def run(
     settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None, resume: bool = False
 ) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
-    world, device_type = data_parallel_size(settings["device"]), torch_device(settings["device"]).type
+    run = RunSettings.from_dict(settings)  # validated params, typed once
+    world, device_type = run.device.world_size, run.device.kind
     ctx = None
-    if world > 1 and not spec_unavailable_reason(settings["device"]):
+    if world > 1 and not spec_unavailable_reason(run.device.spec):
         from gpuscale import distributed
 
         ctx = distributed.setup(device_type, world)
     try:  # the host-wide timing lock (gpuscale.timinglock): re-entrant, so a no-op where `gpuscale train` took it
         with (
             timinglock.hold(watch_parent=False),
-            variants.compile_cache(settings["variant_knobs"], device_type) as cache,
+            variants.compile_cache(run.variant_knobs, device_type) as cache,
         ):
             return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
     finally:
         if ctx is not None:
             distributed.teardown()
+
+
+@dataclass
+class RunContext:
+    """What one process of a run works with: its settings, device, threads, and the run's bookkeeping."""
+
+    settings: dict  # the run's settings as params gave them (the record keeps them)
+    run: RunSettings  # the same, typed
+    train: TrainSettings  # train.* for this process (a data-parallel run shares out the batch)
+    device: torch.device
+    threads: int
+    out: Path
+    resume: bool
+    ctx: object | None = None  # gpuscale.distributed.Context of a data-parallel run
+    distributed: dict | None = None
+    tag: str = ""
+    environment: dict = field(default_factory=dict)  # envinfo.capture, once the device is set up
+    started_at: str = field(default_factory=now_iso)
+    wall_start: float = field(default_factory=time.perf_counter)
+    setup_seconds: float = 0.0  # from the start to the first epoch this process trains
+
+
+@dataclass
+class Training:
+    """The objects the epochs train: model, optimizer, loaders, and how to synchronise."""
+
+    runner: variants.Runner
+    model: nn.Module
+    eval_model: nn.Module
+    criterion: nn.Module
+    optimizer: object
+    scheduler: object
+    train_loader: object
+    test_loader: object
+    sync: object = None
 
 
 def _run(
@@ -371,42 +434,72 @@ def _run(
     process that ran it measured, the first epoch of every process counts as a warm-up epoch, and the record
     lists which process timed which epochs.
     """
-    wall_start = time.perf_counter()
-    started_at = now_iso()
-    train_settings = settings["train"]
-    if settings.get("sweep", {}).get("parameter") == "threads":
-        threads = settings["sweep"]["value"]  # the swept value wins over the job's threads
-    threads = threads or train_settings["cpu_threads"] or os.cpu_count() or 1
-    distributed_info = None
+    run_ctx = prepare_context(settings, out, threads, resume, ctx)
+    dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
+    model = MODELS[run_ctx.run.model].build(len(dataset.classes))
+    base = base_record(settings, label, model, manifest, manifest_sha256)
+    if manifest["synthetic"]:
+        log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
+    reason = spec_unavailable_reason(run_ctx.run.device.spec)
+    if reason:
+        return write_not_measured(run_ctx, base, reason)
+    training = build_training(run_ctx, model, dataset, cache)
+    environment = envinfo.capture(run_ctx.device)
+    environment["timing_lock"] = timinglock.describe()  # {path, held, waited_seconds, holder_pid}
+    run_ctx.environment = environment
+    log_start(run_ctx, base, environment)
+    meters = energy.gpu_meter(run_ctx.device), energy.cpu_meter()
+    epochs, segments, ckpt = train_epochs(run_ctx, training, meters, manifest_sha256)
+    phase_profile = profile(run_ctx, training, epochs)
+    result = measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters)
+    if ctx is not None and not ctx.is_main:
+        return result  # rank 0 writes the one record
+    record.write(out, result)
+    from gpuscale import checkpoint
+
+    checkpoint.discard(out, "the run finished")  # also one left by a killed run that had runtime.resume on
+    total = result["timing"]["total_train_seconds"]
+    log.info("%s %.2f s training in %d epochs -> %s", run_ctx.tag, total, run_ctx.train.epochs, out)
+    return result
+
+
+def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool, ctx) -> RunContext:
+    """Threads, device and per-process batch of this process; seeds and determinism set."""
+    run = RunSettings.from_dict(settings)
+    train = run.train
+    if run.sweep is not None and run.sweep.parameter == "threads":
+        threads = run.sweep.value  # the swept value wins over the job's threads
+    threads = threads or train.cpu_threads or os.cpu_count() or 1
+    tag = f"[{run.model} {run.device} {run.variant} seed{run.seed}]"
+    run_ctx = RunContext(settings, run, train, torch_device(run.device.spec), threads, out, resume, tag=tag)
     if ctx is not None:  # data-parallel: the job's threads shared out, one GPU per process
-        threads = max(1, threads // ctx.world_size)
-        device = torch.device("cuda", ctx.local_rank) if settings["device"].startswith("cuda") else torch.device("cpu")
-        per_process = train_settings["batch_size"]
-        if train_settings["distributed_batch"] == "global":
-            per_process = max(1, train_settings["batch_size"] // ctx.world_size)
-        train_settings = {**train_settings, "batch_size": per_process}
-        distributed_info = {
+        per_process = train.batch_size
+        if train.distributed_batch == "global":
+            per_process = max(1, train.batch_size // ctx.world_size)
+        run_ctx.threads = max(1, threads // ctx.world_size)
+        run_ctx.device = torch.device("cuda", ctx.local_rank) if run.device.kind == "cuda" else torch.device("cpu")
+        run_ctx.train = dataclasses.replace(train, batch_size=per_process)
+        run_ctx.ctx = ctx
+        run_ctx.distributed = {
             **ctx.describe(),
-            "distributed_batch": settings["train"]["distributed_batch"],
+            "distributed_batch": train.distributed_batch,
             "per_process_batch_size": per_process,
             "global_batch_size": per_process * ctx.world_size,
         }
         if resume:
             log.warning("runtime.resume is not supported for data-parallel runs yet: running without checkpoints")
-            resume = False
-    else:
-        device = torch_device(settings["device"])
-    torch.set_num_threads(threads)
-    set_determinism(settings["seed"], train_settings["deterministic"])
+            run_ctx.resume = False
+    torch.set_num_threads(run_ctx.threads)
+    set_determinism(run.seed, run_ctx.train.deterministic)
+    return run_ctx
 
-    dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
-    model = MODELS[settings["model"]].build(len(dataset.classes))
-    base = {
+
+def base_record(settings: dict, label: str | None, model: nn.Module, manifest: dict, manifest_sha256: str) -> dict:
+    """The fields every record has, measured or not."""
+    return {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
-        "key": {
-            k: settings[k] for k in ("model", "device", "variant", "seed") + (("sweep",) if "sweep" in settings else ())
-        },
+        "key": record.key_of(settings),
         "label": label,
         "settings": settings,
         "model": model_info(settings["model"], model),
@@ -420,37 +513,34 @@ def _run(
         },
         "process": {"pid": os.getpid(), "argv": sys.argv, "resumed": False},
     }
-    if manifest["synthetic"]:
-        log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
 
-    reason = spec_unavailable_reason(settings["device"])
-    if reason:
-        if settings["on_missing_device"] == "error":
-            raise TrainError(
-                f"device {settings['device']}: {reason} (study.on_missing_device: error; set it to record to get a 'not measured' record instead)"
-            )
-        log.warning("device %s not measured: %s", settings["device"], reason)
-        result = {
-            **base,
-            "status": "not_measured",
-            "not_measured_reason": reason,
-            "environment": {**envinfo.capture(torch.device("cpu")), "timing_lock": timinglock.describe()},
-            "timing": None,
-            "epochs": [],
-            "phase_profile": None,
-            "energy": None,
-            "variant": None,
-            "quality": None,
-            "distributed": None,
-            "started_at": started_at,
-            "finished_at": now_iso(),
-        }
-        record.write(out, result)
-        return result
 
-    runner = variants.Runner(settings["variant"], settings["variant_knobs"], device, cache)
+def write_not_measured(run_ctx: RunContext, base: dict, reason: str) -> dict:
+    """The record of a device this host lacks (study.on_missing_device: record), or the error (: error)."""
+    run = run_ctx.run
+    if run.on_missing_device == "error":
+        raise TrainError(
+            f"device {run.device}: {reason} (study.on_missing_device: error; "
+            "set it to record to get a 'not measured' record instead)"
+        )
+    log.warning("device %s not measured: %s", run.device, reason)
+    result = record.not_measured(
+        base,
+        reason,
+        {**envinfo.capture(torch.device("cpu")), "timing_lock": timinglock.describe()},
+        started_at=run_ctx.started_at,
+        finished_at=now_iso(),
+    )
+    record.write(run_ctx.out, result)
+    return result
+
+
+def build_training(run_ctx: RunContext, model: nn.Module, dataset, cache: dict | None) -> Training:
+    """Model on its device and wrapped as the variant says, optimizer, scheduler and loaders."""
+    run, device, ctx = run_ctx.run, run_ctx.device, run_ctx.ctx
+    runner = variants.Runner(run.variant, run.variant_knobs, device, cache)
     core = model = model.to(device)
-    wrap = None
+    wrap = sync = None
     if ctx is not None:
 
         def wrap(module):
@@ -458,220 +548,227 @@ def _run(
                 module, device_ids=[device.index] if device.type == "cuda" else None
             )
 
-    model = runner.prepare_model(model, wrap=wrap)
-    eval_model = model if ctx is None else core  # every process evaluates the whole test set, no collectives
-    if train_settings["max_steps_per_epoch"] and runner.effective["compile"] != "none":
-        runner.notes.append(
-            "sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
-            "batch falls outside the timed steps, so the first epoch is underestimated"
-        )
-    criterion = nn.CrossEntropyLoss()
-    optimizer, scheduler = make_optimizer(model, train_settings, runner)
-    train_loader, test_loader = loaders.make_loaders(
-        dataset,
-        train_settings,
-        settings["variant_knobs"],
-        device,
-        settings["seed"],
-        rank=ctx.rank if ctx else 0,
-        world_size=ctx.world_size if ctx else 1,
-    )
-    sync = None
-    if ctx is not None:
-
         def sync():
             synchronize(device)
             ctx.barrier()
 
-    environment = envinfo.capture(device)
-    environment["timing_lock"] = timinglock.describe()  # {path, held, waited_seconds, holder_pid}
-    tag = f"[{settings['model']} {settings['device']} {settings['variant']} seed{settings['seed']}]"
+    model = runner.prepare_model(model, wrap=wrap)
+    if run_ctx.train.max_steps_per_epoch and runner.effective["compile"] != "none":
+        runner.notes.append(
+            "sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
+            "batch falls outside the timed steps, so the first epoch is underestimated"
+        )
+    optimizer, scheduler = make_optimizer(model, run_ctx.train.to_dict(), runner)
+    train_loader, test_loader = loaders.make_loaders(
+        dataset,
+        run_ctx.train.to_dict(),
+        run.variant_knobs,
+        device,
+        run.seed,
+        rank=ctx.rank if ctx else 0,
+        world_size=ctx.world_size if ctx else 1,
+    )
+    eval_model = model if ctx is None else core  # every process evaluates the whole test set, no collectives
+    criterion = nn.CrossEntropyLoss()
+    return Training(runner, model, eval_model, criterion, optimizer, scheduler, train_loader, test_loader, sync)
+
+
+def log_start(run_ctx: RunContext, base: dict, environment: dict) -> None:
     log.info(
         "%s %d parameters, %.3g training GFLOPs/image, %d threads, %s",
-        tag,
+        run_ctx.tag,
         base["model"]["parameters"],
         base["model"]["train_flops_per_image"] / 1e9,
-        threads,
+        run_ctx.threads,
         environment["gpu"]["name"] if environment["gpu"] else environment["cpu_model"],
     )
-    epochs_total = train_settings["epochs"]
-    steps_per_epoch = len(train_loader)
-    every = train_settings["log_every_steps"]
 
-    gpu_energy, cpu_energy = energy.gpu_meter(device), energy.cpu_meter()
-    epochs: list[dict] = []
-    segment = {"pid": os.getpid(), "started_at": started_at, "epochs": []}
-    segments = [segment]
-    generators = [loader.generator for loader in (train_loader, test_loader) if getattr(loader, "generator", None)]
-    ckpt_path = ckpt_identity = None
-    if resume:
-        from gpuscale import checkpoint
 
-        ckpt_path = checkpoint.path_for(out)
-        ckpt_identity = checkpoint.identity(
-            host_fingerprint=envinfo.host_fingerprint(),
-            settings=settings,
-            manifest_sha256=manifest_sha256,
-            environment=environment,
-        )
-        meta = checkpoint.usable(ckpt_path, ckpt_identity)
-        if meta is not None:
-            checkpoint.restore(
-                ckpt_path,
-                meta,
-                model=model,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=runner.scaler,
-                generators=generators,
-            )
-            epochs, segments = meta["epochs"], [*meta["segments"], segment]
-            log.info(
-                "%s resumed from %s after epoch %d (timed by process %s)",
-                tag,
-                ckpt_path,
-                len(epochs),
-                ", ".join(str(s["pid"]) for s in meta["segments"]),
-            )
-    first_epoch = len(epochs) + 1
-    setup_seconds = time.perf_counter() - wall_start
-    for epoch in range(first_epoch, epochs_total + 1):
+def _generators(training: Training) -> list:
+    loaders_ = (training.train_loader, training.test_loader)
+    return [loader.generator for loader in loaders_ if getattr(loader, "generator", None)]
 
-        def progress(step, images_seen, loss_sum, start, epoch=epoch):
-            if step % every == 0 or step == steps_per_epoch:
-                loss = loss_sum() / images_seen  # syncs, so only every `every` steps
-                rate = images_seen / (time.perf_counter() - start)
-                log.info(
-                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s",
-                    tag,
-                    epoch,
-                    epochs_total,
-                    step,
-                    steps_per_epoch,
-                    loss,
-                    rate,
-                )
 
-        learning_rate = optimizer.param_groups[0]["lr"]
-        if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
-            train_loader.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same in every process
-        joules_before = (gpu_energy.read(), cpu_energy.read())
-        try:
-            stats = train_epoch(
-                model,
-                train_loader,
-                device,
-                criterion,
-                optimizer,
-                progress,
-                max_steps=train_settings["max_steps_per_epoch"],
-                sample_warmup_steps=train_settings["sample_warmup_steps"],
-                runner=runner,
-                sync=sync,
-            )
-        except torch.OutOfMemoryError:
-            raise TrainError(
-                f"{tag}: out of {device.type} memory at batch size {train_settings['batch_size']}; "
-                f"lower train.batch_size or models.{settings['model']}.batch_size"
-            ) from None
-        joules = [None if a is None else b - a for a, b in zip(joules_before, (gpu_energy.read(), cpu_energy.read()))]
-        if stats["extrapolated"]:
-            joules = [None if j is None else j * stats["train_seconds"] / stats["measured_seconds"] for j in joules]
-        stats["energy_joules"] = {"gpu": joules[0], "cpu": joules[1]}
-        if ctx is not None:  # loss and accuracy over every process's shard (after the clock stopped)
-            seen = stats["train_images"] if not stats["extrapolated"] else stats["measured_steps"]
-            loss_sum, correct, images = ctx.sum(
-                [stats["train_loss"] * seen, stats["train_accuracy"] * seen, seen], device
-            )
-            stats.update(train_loss=loss_sum / images, train_accuracy=correct / images)
-            if not stats["extrapolated"]:  # a sampled epoch already counts the whole dataset
-                stats.update(train_images=int(images), images_per_second=images / stats["train_seconds"])
-        if scheduler is not None:
-            scheduler.step()
-        synchronize(device)
-        eval_start = time.perf_counter()
-        test_loss, test_accuracy = evaluate(eval_model, test_loader, device, criterion, runner)
-        synchronize(device)
-        eval_seconds = time.perf_counter() - eval_start
-        # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
-        epochs.append(
-            {
-                "epoch": epoch,
-                "warmup": epoch == first_epoch,
-                **stats,
-                "eval_seconds": eval_seconds,
-                "test_loss": test_loss,
-                "test_accuracy": test_accuracy,
-                "learning_rate": learning_rate,
-            }
-        )
-        segment["epochs"].append(epoch)
-        log.info(
-            "%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
-            tag,
-            epoch,
-            epochs_total,
-            stats["train_seconds"],
-            stats["images_per_second"],
-            stats["train_loss"],
-            100 * test_accuracy,
-            eval_seconds,
-        )
-        if ckpt_path is not None and epoch < epochs_total:
-            checkpoint.save(
-                ckpt_path,
-                model=model,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=runner.scaler,
-                generators=generators,
-                identity=ckpt_identity,
-                epochs=epochs,
-                segments=segments,
-            )
-
-    phase_profile = None
-    if train_settings["phase_profile_steps"]:
-        phase_profile = profile_phases(
-            model, train_loader, device, criterion, optimizer, train_settings["phase_profile_steps"], runner
-        )
-        steady = [e for e in epochs if not e["warmup"]] or epochs
-        clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
-        phase_profile["clean_step_seconds"] = clean
-        phase_profile["overhead_fraction"] = phase_profile["instrumented_step_seconds"] / clean - 1.0
-        log.info(
-            "%s phases per step: %s (instrumented step %.4f s vs clean %.4f s)",
-            tag,
-            ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in phase_profile["phase_seconds_per_step"].items()),
-            phase_profile["instrumented_step_seconds"],
-            clean,
-        )
-    clock = "perf_counter after torch.cuda.synchronize" if device.type == "cuda" else "perf_counter"
-    result = {
-        **base,
-        "status": "measured",
-        "not_measured_reason": None,
-        "environment": environment,
-        "timing": summarize_timing(epochs, setup_seconds, time.perf_counter() - wall_start, clock),
-        "epochs": epochs,
-        "phase_profile": phase_profile,
-        "energy": energy_summary(epochs, gpu_energy, cpu_energy),
-        "variant": runner.describe(),
-        "quality": {
-            "final_test_accuracy": epochs[-1]["test_accuracy"],
-            "final_test_loss": epochs[-1]["test_loss"],
-            "best_test_accuracy": max(e["test_accuracy"] for e in epochs),
-        },
-        "distributed": distributed_info,
-        "started_at": segments[0]["started_at"],
-        "finished_at": now_iso(),
-    }
-    result["process"] = {**base["process"], "resumed": len(segments) > 1, "segments": segments}
-    if ctx is not None and not ctx.is_main:
-        return result  # rank 0 writes the one record
-    record.write(out, result)
+def resume_state(run_ctx: RunContext, training: Training, manifest_sha256: str, segment: dict):
+    """(epochs, segments, (checkpoint path, identity)) from a usable checkpoint, else a fresh start."""
     from gpuscale import checkpoint
 
-    checkpoint.discard(out, "the run finished")  # also one left by a killed run that had runtime.resume on
-    log.info("%s %.2f s training in %d epochs -> %s", tag, result["timing"]["total_train_seconds"], epochs_total, out)
-    return result
+    path = checkpoint.path_for(run_ctx.out)
+    identity = checkpoint.identity(
+        host_fingerprint=envinfo.host_fingerprint(),
+        settings=run_ctx.settings,
+        manifest_sha256=manifest_sha256,
+        environment=run_ctx.environment,
+    )
+    meta = checkpoint.usable(path, identity)
+    if meta is None:
+        return [], [segment], (path, identity)
+    checkpoint.restore(path, meta, **_state(training))
+    timed_by = ", ".join(str(s["pid"]) for s in meta["segments"])
+    log.info(
+        "%s resumed from %s after epoch %d (timed by process %s)", run_ctx.tag, path, len(meta["epochs"]), timed_by
+    )
+    return meta["epochs"], [*meta["segments"], segment], (path, identity)
+
+
+def _state(training: Training) -> dict:
+    """What a checkpoint saves and restores besides the epochs."""
+    return {
+        "model": training.model,
+        "optimizer": training.optimizer,
+        "scheduler": training.scheduler,
+        "scaler": training.runner.scaler,
+        "generators": _generators(training),
+    }
+
+
+def train_epochs(run_ctx: RunContext, training: Training, meters, manifest_sha256: str):
+    """Every epoch not yet done: train, evaluate, checkpoint. Returns (epochs, segments, checkpoint or None)."""
+    segment = {"pid": os.getpid(), "started_at": run_ctx.started_at, "epochs": []}
+    epochs, segments, ckpt = [], [segment], None
+    if run_ctx.resume:
+        epochs, segments, ckpt = resume_state(run_ctx, training, manifest_sha256, segment)
+    first_epoch, epochs_total = len(epochs) + 1, run_ctx.train.epochs
+    run_ctx.setup_seconds = time.perf_counter() - run_ctx.wall_start
+    for epoch in range(first_epoch, epochs_total + 1):
+        stats = one_epoch(run_ctx, training, meters, epoch)
+        # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
+        epochs.append({"epoch": epoch, "warmup": epoch == first_epoch, **stats})
+        segment["epochs"].append(epoch)
+        if ckpt is not None and epoch < epochs_total:
+            from gpuscale import checkpoint
+
+            checkpoint.save(ckpt[0], **_state(training), identity=ckpt[1], epochs=epochs, segments=segments)
+    return epochs, segments, ckpt
+
+
+def _progress(run_ctx: RunContext, epoch: int, steps_per_epoch: int):
+    every, tag, epochs_total = run_ctx.train.log_every_steps, run_ctx.tag, run_ctx.train.epochs
+
+    def progress(step, images_seen, loss_sum, start):
+        if step % every == 0 or step == steps_per_epoch:
+            loss = loss_sum() / images_seen  # syncs, so only every `every` steps
+            rate = images_seen / (time.perf_counter() - start)
+            log.info(
+                "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s",
+                tag,
+                epoch,
+                epochs_total,
+                step,
+                steps_per_epoch,
+                loss,
+                rate,
+            )
+
+    return progress
+
+
+def one_epoch(run_ctx: RunContext, training: Training, meters, epoch: int) -> dict:
+    """One timed training epoch with its energy, then the evaluation (timed apart)."""
+    t, device = training, run_ctx.device
+    learning_rate = t.optimizer.param_groups[0]["lr"]
+    if hasattr(getattr(t.train_loader, "sampler", None), "set_epoch"):
+        t.train_loader.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same in every process
+    joules_before = [meter.read() for meter in meters]
+    progress = _progress(run_ctx, epoch, len(t.train_loader))
+    try:
+        stats = train_epoch(
+            t.model,
+            t.train_loader,
+            device,
+            t.criterion,
+            t.optimizer,
+            progress,
+            max_steps=run_ctx.train.max_steps_per_epoch,
+            sample_warmup_steps=run_ctx.train.sample_warmup_steps,
+            runner=t.runner,
+            sync=t.sync,
+        )
+    except torch.OutOfMemoryError:
+        raise TrainError(
+            f"{run_ctx.tag}: out of {device.type} memory at batch size {run_ctx.train.batch_size}; "
+            f"lower train.batch_size or models.{run_ctx.run.model}.batch_size"
+        ) from None
+    stats["energy_joules"] = epoch_energy(stats, joules_before, [meter.read() for meter in meters])
+    if run_ctx.ctx is not None:
+        reduce_over_processes(run_ctx.ctx, stats, device)
+    if t.scheduler is not None:
+        t.scheduler.step()
+    synchronize(device)
+    eval_start = time.perf_counter()
+    test_loss, test_accuracy = evaluate(t.eval_model, t.test_loader, device, t.criterion, t.runner)
+    synchronize(device)
+    eval_seconds = time.perf_counter() - eval_start
+    log.info(
+        "%s epoch %d/%d done: %.2f s train (%.0f img/s), loss %.4f, test accuracy %.2f%% (%.2f s eval)",
+        run_ctx.tag,
+        epoch,
+        run_ctx.train.epochs,
+        stats["train_seconds"],
+        stats["images_per_second"],
+        stats["train_loss"],
+        100 * test_accuracy,
+        eval_seconds,
+    )
+    return {
+        **stats,
+        "eval_seconds": eval_seconds,
+        "test_loss": test_loss,
+        "test_accuracy": test_accuracy,
+        "learning_rate": learning_rate,
+    }
+
+
+def epoch_energy(stats: dict, before: list, after: list) -> dict:
+    """Joules per meter over the epoch; a sampled epoch's scaled to the whole epoch like its time."""
+    joules = [None if a is None else b - a for a, b in zip(before, after, strict=True)]
+    if stats["extrapolated"]:
+        joules = [None if j is None else j * stats["train_seconds"] / stats["measured_seconds"] for j in joules]
+    return {"gpu": joules[0], "cpu": joules[1]}
+
+
+def reduce_over_processes(ctx, stats: dict, device: torch.device) -> None:
+    """Loss and accuracy over every process's shard (after the clock stopped)."""
+    seen = stats["train_images"] if not stats["extrapolated"] else stats["measured_steps"]
+    loss_sum, correct, images = ctx.sum([stats["train_loss"] * seen, stats["train_accuracy"] * seen, seen], device)
+    stats.update(train_loss=loss_sum / images, train_accuracy=correct / images)
+    if not stats["extrapolated"]:  # a sampled epoch already counts the whole dataset
+        stats.update(train_images=int(images), images_per_second=images / stats["train_seconds"])
+
+
+def profile(run_ctx: RunContext, training: Training, epochs: list[dict]) -> dict | None:
+    """The phase profile (train.phase_profile_steps instrumented steps), against the clean step time."""
+    steps = run_ctx.train.phase_profile_steps
+    if not steps:
+        return None
+    t = training
+    phase_profile = profile_phases(t.model, t.train_loader, run_ctx.device, t.criterion, t.optimizer, steps, t.runner)
+    steady = [e for e in epochs if not e["warmup"]] or epochs
+    clean = statistics.median(e["train_seconds"] / e["steps"] for e in steady)
+    phase_profile["clean_step_seconds"] = clean
+    phase_profile["overhead_fraction"] = phase_profile["instrumented_step_seconds"] / clean - 1.0
+    log.info(
+        "%s phases per step: %s (instrumented step %.4f s vs clean %.4f s)",
+        run_ctx.tag,
+        ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in phase_profile["phase_seconds_per_step"].items()),
+        phase_profile["instrumented_step_seconds"],
+        clean,
+    )
+    return phase_profile
+
+
+def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters) -> dict:
+    clock = "perf_counter after torch.cuda.synchronize" if run_ctx.device.type == "cuda" else "perf_counter"
+    wall_seconds = time.perf_counter() - run_ctx.wall_start
+    return record.measured(
+        base,
+        environment=environment,
+        timing=summarize_timing(epochs, run_ctx.setup_seconds, wall_seconds, clock),
+        epochs=epochs,
+        phase_profile=phase_profile,
+        energy=energy_summary(epochs, *meters),
+        variant=training.runner.describe(),
+        distributed=run_ctx.distributed,
+        segments=segments,
+        finished_at=now_iso(),
+    )

@@ -1,5 +1,5 @@
 # Shared helpers: params validation with a one-line error, the params files the commands read,
-# the code each stage runs (its inputs), and the hand-over to DVC when the workflow succeeds.
+# the code each stage runs (its inputs, computed), and the hand-over to DVC when the workflow succeeds.
 
 import os
 import shlex
@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscale import envinfo
+from gpuscale import deps, envinfo, tables
+from gpuscale import settings as typed
 
 
 def _params_files():
@@ -28,24 +29,15 @@ except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
 HOST_FINGERPRINT = envinfo.host_fingerprint()
-PKG = "src/gpuscale"
-CODE = {
-    "host": [f"{PKG}/cli.py", f"{PKG}/envinfo.py", f"{PKG}/fsutil.py"],
-    "data": [f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/data.py", f"{PKG}/fsutil.py", f"{PKG}/schemas/params.schema.yaml"],
-    "train": [
-        f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/train.py", f"{PKG}/data.py", f"{PKG}/models.py",
-        f"{PKG}/nets.py", f"{PKG}/envinfo.py", f"{PKG}/record.py", f"{PKG}/energy.py", f"{PKG}/loaders.py",
-        f"{PKG}/variants.py", f"{PKG}/sampling.py", f"{PKG}/distributed.py", f"{PKG}/checkpoint.py", f"{PKG}/fsutil.py",
-        f"{PKG}/schemas/params.schema.yaml", f"{PKG}/schemas/run-record.schema.json",
-    ],
-    "aggregate": [
-        f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/paper.py",
-        f"{PKG}/sampling.py",
-        f"{PKG}/record.py", f"{PKG}/fsutil.py", f"{PKG}/schemas/run-record.schema.json",
-    ],
-    "charts": [f"{PKG}/cli.py", f"{PKG}/charts.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/fsutil.py"],
-    "report": [f"{PKG}/cli.py", f"{PKG}/report.py", f"{PKG}/charts.py", f"{PKG}/paper.py", f"{PKG}/fsutil.py",
-               f"{PKG}/templates/report.html.j2"],
+# Each stage's code: the import closure of its command plus the data files those modules read,
+# computed from src/gpuscale (gpuscale.deps; dvc.yaml holds the same lists, generated from it).
+CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
+
+
+# What the aggregation writes (gpuscale.tables; dvc.yaml's aggregate outs are generated from the same list).
+AGGREGATE_OUTPUTS = {
+    **tables.outputs(),
+    "speedup": report(tables.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),
 }
 for _stage in CODE:  # the dispatcher's module of each stage's command (cli.py imports only that one)
     CODE[_stage] += [f"{PKG}/commands/__init__.py", f"{PKG}/commands/{_stage}.py"]

@@ -5,30 +5,11 @@ rule aggregate:
         reference=reference_records(),
         code=CODE["aggregate"],
     output:
-        runs="results/tables/runs.csv",
-        runs_parquet="results/tables/runs.parquet",
-        epochs="results/tables/epochs.csv",
-        epochs_parquet="results/tables/epochs.parquet",
-        speedup=report("results/tables/speedup.csv", caption="../report/speedup.rst", category="Tables"),
-        speedup_parquet="results/tables/speedup.parquet",
-        fits="results/tables/fits.csv",
-        fits_parquet="results/tables/fits.parquet",
-        phases="results/tables/phases.csv",
-        phases_parquet="results/tables/phases.parquet",
-        gains="results/tables/gains.csv",
-        gains_parquet="results/tables/gains.parquet",
-        sweeps="results/tables/sweeps.csv",
-        sweeps_parquet="results/tables/sweeps.parquet",
-        sampling="results/tables/sampling.csv",
-        sampling_parquet="results/tables/sampling.parquet",
-        scaling="results/tables/scaling.csv",
-        scaling_parquet="results/tables/scaling.parquet",
-        notes="results/tables/notes.json",
+        # runs, runs_parquet, ..., notes: gpuscale.tables.outputs(); the speedup table shows in Snakemake's report
+        **AGGREGATE_OUTPUTS,
         metrics="results/metrics.json",
     params:
-        study=lambda wildcards: config["study"],
-        sweeps=lambda wildcards: config["sweeps"],
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["aggregate"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/aggregate.log",
@@ -54,7 +35,7 @@ rule charts:
         charts=report(directory("reports/charts"), patterns=["{name}.svg"], caption="../report/charts.rst",
                       category="Charts"),
     params:
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["charts"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/charts.log",
@@ -81,7 +62,7 @@ rule report:
     output:
         html=report("reports/index.html", caption="../report/index.rst", category="Report"),
     params:
-        report=lambda wildcards: config["report"],
+        stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["report"]),
         params_args=PARAMS_ARGS,
     log:
         "logs/report.log",

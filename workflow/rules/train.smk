@@ -13,7 +13,7 @@ rule train:
     log:
         "logs/train/{model}/{device}/{variant}-seed{seed}.log",
     wildcard_constraints:
-        device=r"cpu|cuda(-\d+)?|mps|(cpu|cuda)-ddp\d+",
+        device=typed.DEVICE_PATTERN,
         variant=r"[a-z][a-z0-9_]*",
         seed=r"\d+",
     threads: train_threads

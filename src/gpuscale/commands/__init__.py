@@ -75,12 +75,13 @@ def check_log(args) -> None:
         writable(args.log, "--log")
 
 
-def needs_tables(folder: Path | str) -> None:
-    """Refuse a tables folder the aggregate stage has not written, saying to run it first."""
-    from gpuscale.aggregate import TABLES
+def needs_tables(folder: Path | str, names: tuple[str, ...]) -> None:
+    """Refuse a tables folder the aggregate stage has not written, saying to run it first.
 
+    The caller passes the table names (gpuscale.tables.TABLES), so this module, which every command
+    imports, stays out of the report side's imports."""
     folder = Path(folder)
-    missing = [f"{name}.parquet" for name in TABLES if not (folder / f"{name}.parquet").is_file()]
+    missing = [f"{name}.parquet" for name in names if not (folder / f"{name}.parquet").is_file()]
     missing += [] if (folder / "notes.json").is_file() else ["notes.json"]
     if missing:
         raise UsageError(

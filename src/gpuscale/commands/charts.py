@@ -20,7 +20,9 @@ def errors() -> tuple:
 
 def check(args) -> None:
     load_params(args)
-    needs_tables(args.tables)
+    from gpuscale.tables import TABLES
+
+    needs_tables(args.tables, TABLES)
     writable(args.out, "--out (folder)")
 
 

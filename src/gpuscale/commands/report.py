@@ -23,7 +23,9 @@ def check(args) -> None:
     from gpuscale.charts import CHART_NAMES
 
     load_params(args)
-    needs_tables(args.tables)
+    from gpuscale.tables import TABLES
+
+    needs_tables(args.tables, TABLES)
     charts = Path(args.charts)
     missing = [name for name in CHART_NAMES if not (charts / f"{name}.vl.json").is_file()]
     if missing:

@@ -1,0 +1,280 @@
+"""Each stage's code dependencies, computed from its imports rather than listed by hand.
+
+A stage depends on the files of every gpuscale module in the static import closure of its command
+(imports inside functions included), plus the package data files those modules read, which each
+module declares next to its code as a literal `DATA_FILES = ("schemas/x.json", ...)`. The Snakefile
+calls `code_files()` when it parses; dvc.yaml cannot run code, so `python -m gpuscale.deps --write`
+rewrites its code deps and params lists (tests/test_deps.py fails while dvc.yaml is stale).
+
+The entry of a stage is gpuscale.cli plus gpuscale.commands.<command> where that module exists.
+While the CLI is one module, only the branches of gpuscale.cli that the command takes are
+followed: the imports inside another command's `cmd_<name>` function, and inside an
+`if args.command == ...` test naming other commands, are left out.
+
+Standard library only: the Snakefile imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+PACKAGE = "gpuscale"
+SOURCE_ROOT = "src/gpuscale"  # as written in the Snakefile and dvc.yaml (relative to the repository)
+
+# The workflow's stages and the `gpuscale` command each one runs.
+STAGE_COMMANDS = {
+    "host": "host",
+    "data": "data",
+    "train": "train",
+    "sweep_threads": "train",
+    "sweep_batch": "train",
+    "aggregate": "aggregate",
+    "charts": "charts",
+    "report": "report",
+}
+
+# The params keys each stage reads (DVC reruns a stage when one changes; Snakemake passes the same
+# values as rule params). ${item.x} is the stage's matrix value; `gpuscale.params.select` resolves them.
+STAGE_PARAMS = {
+    "host": [],
+    "data": ["data"],
+    "train": ["study.on_missing_device", "study.label", "variants.${item.variant}", "train", "models.${item.model}"],
+    "sweep_threads": [
+        "study.on_missing_device",
+        "study.label",
+        "sweeps.variant",
+        "sweeps.train",
+        "variants",
+        "train",
+        "models.${item.model}",
+    ],
+    "sweep_batch": [
+        "study.on_missing_device",
+        "study.label",
+        "sweeps.variant",
+        "sweeps.gpu_device",
+        "sweeps.train",
+        "variants",
+        "train",
+        "models.${item.model}",
+    ],
+    "aggregate": ["study", "sweeps", "report.reference", "report.accuracy_tolerance", "report.skip_bad_records"],
+    "charts": ["report.accuracy_tolerance"],
+    "report": ["report", "study.label"],
+}
+
+
+def package_root() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def module_file(name: str, root: Path) -> Path | None:
+    """gpuscale.a.b -> root/a/b.py or root/a/b/__init__.py, where it exists."""
+    parts = name.split(".")[1:]
+    base = root.joinpath(*parts) if parts else root
+    for candidate in (base.with_suffix(".py") if parts else None, base / "__init__.py"):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _parents(name: str) -> list[str]:
+    """gpuscale.commands.train -> [gpuscale, gpuscale.commands]: importing a module runs its packages."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _absolute(node: ast.ImportFrom, current: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = current.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _commands_named(test: ast.expr) -> set[str] | None:
+    """The commands an `if X.command == "a"` / `if X.command in ("a", "b")` test names, else None."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Attribute)):
+        return None
+    if test.left.attr != "command":
+        return None
+    right = test.comparators[0]
+    if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant):
+        return {right.value}
+    if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        values = {e.value for e in right.elts if isinstance(e, ast.Constant)}
+        return values if len(values) == len(right.elts) else None
+    return None
+
+
+class _Imports(ast.NodeVisitor):
+    def __init__(self, current: str, is_package: bool, root: Path, command: str | None):
+        self.current, self.is_package, self.root, self.command = current, is_package, root, command
+        self.found: set[str] = set()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if self.command is not None and node.name.startswith("cmd_") and node.name != f"cmd_{self.command}":
+            return  # another command's body (the one-module CLI)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_If(self, node: ast.If) -> None:
+        named = _commands_named(node.test) if self.command is not None else None
+        if named is not None and self.command not in named:
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def _add(self, name: str) -> None:
+        in_package = name == PACKAGE or name.startswith(PACKAGE + ".")
+        if in_package and module_file(name, self.root) is not None:
+            self.found.add(name)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = _absolute(node, self.current, self.is_package)
+        self._add(base)
+        for alias in node.names:
+            self._add(f"{base}.{alias.name}")  # `from gpuscale import data`: a module, where one exists
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def imports_of(name: str, root: Path, command: str | None = None) -> set[str]:
+    """The gpuscale modules module `name` imports anywhere in its body (function bodies included)."""
+    path = module_file(name, root)
+    visitor = _Imports(name, path.name == "__init__.py", root, command)
+    visitor.visit(_parse(path))
+    return {m for found in visitor.found for m in (*_parents(found), found)}
+
+
+def data_files_of(name: str, root: Path) -> list[str]:
+    """The package data files a module declares as `DATA_FILES = (...)` (paths relative to the package)."""
+    for node in _parse(module_file(name, root)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DATA_FILES" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def entry_modules(command: str, root: Path) -> list[str]:
+    entry = [f"{PACKAGE}.cli"]
+    if module_file(f"{PACKAGE}.commands.{command}", root) is not None:
+        entry.append(f"{PACKAGE}.commands.{command}")
+    return entry
+
+
+def closure(command: str, root: Path | None = None) -> list[str]:
+    """Every gpuscale module `gpuscale <command>` can import, sorted."""
+    root = Path(root) if root is not None else package_root()
+    split_cli = len(entry_modules(command, root)) > 1
+    seen: set[str] = set()
+    todo = [m for e in entry_modules(command, root) for m in (*_parents(e), e)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        # The one-module CLI: follow only this command's branches of it.
+        only = command if name == f"{PACKAGE}.cli" and not split_cli else None
+        todo += sorted(imports_of(name, root, only) - seen)
+    return sorted(seen)
+
+
+def code_files(stage: str, root: Path | str = SOURCE_ROOT) -> list[str]:
+    """The files a stage's result depends on, as `src/gpuscale/...` paths: module files, then data files."""
+    root = Path(root)
+    modules = closure(STAGE_COMMANDS[stage], root)
+    files = [module_file(m, root) for m in modules]
+    paths = [f"{SOURCE_ROOT}/{p.relative_to(root).as_posix()}" for p in files]
+    data = sorted({f"{SOURCE_ROOT}/{d}" for m in modules for d in data_files_of(m, root)})
+    return paths + data
+
+
+_STAGE = re.compile(r"^  ([A-Za-z_][A-Za-z0-9_]*):\s*$")
+_KEY = re.compile(r"^    ([A-Za-z_]+):(.*)$")
+
+
+def _table_outputs() -> list[str]:
+    from gpuscale import tables  # polars: only when writing dvc.yaml
+
+    return list(tables.outputs().values())
+
+
+def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
+    """dvc.yaml with each stage's code deps and params lists replaced by the computed ones.
+
+    Within a stage, the `- src/gpuscale/...` entries of `deps:` are replaced (other deps, data and
+    outputs, keep their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate
+    stage's `outs:` from gpuscale.tables.outputs().
+    """
+    out: list[str] = []
+    blank = 0
+    stage = section = None
+
+    def flush() -> None:
+        if stage == "aggregate" and section == "outs":
+            out.extend(f"      - {f}" for f in _table_outputs())
+        if stage in STAGE_COMMANDS and section == "deps":
+            out.extend(f"      - {f}" for f in code_files(stage, root))
+        if stage in STAGE_COMMANDS and section == "params":
+            out.extend(f"      - {p}" for p in STAGE_PARAMS[stage])
+
+    for line in text.splitlines():
+        if not line.strip():
+            blank += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent <= 4:  # a new key, stage or top-level section ends the list being rewritten
+            flush()
+            section = None
+            if indent < 4:
+                match = _STAGE.match(line)
+                stage = match.group(1) if match else None
+            else:
+                key = _KEY.match(line)
+                section = key.group(1) if key and key.group(1) in ("deps", "params", "outs") else None
+                if section and key.group(2).strip():
+                    raise ValueError(f"dvc.yaml: stage {stage}: write {section} as a plain list ({line.strip()})")
+        item = line.strip()
+        drop = (
+            (section == "deps" and item.startswith(f"- {SOURCE_ROOT}/"))
+            or (section == "params" and item.startswith("- "))
+            or (section == "outs" and stage == "aggregate" and item.startswith("- "))
+        )
+        if not (drop and stage in STAGE_COMMANDS):
+            out.extend([""] * blank)
+            out.append(line)
+        blank = 0
+    flush()
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gpuscale.deps", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", nargs="?", choices=sorted(STAGE_COMMANDS), help="print this stage's code files")
+    parser.add_argument("--write", metavar="DVC_YAML", help="rewrite this dvc.yaml's code deps and params lists")
+    parser.add_argument("--root", default=SOURCE_ROOT, help="the package source folder (default %(default)s)")
+    args = parser.parse_args(argv)
+    if args.write:
+        path = Path(args.write)
+        path.write_text(render_dvc(path.read_text(), args.root))
+    if args.stage:
+        print("\n".join(code_files(args.stage, args.root)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

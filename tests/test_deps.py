@@ -1,0 +1,184 @@
+"""Stage code dependencies are computed (gpuscale.deps), and what a stage really imports is among them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TINY, tool_env, write_yaml
+
+from gpuscale import deps, params
+
+HOOK = """\
+import atexit, json, os, sys
+
+def _dump():
+    names = sorted(m for m in sys.modules if m == "gpuscale" or m.startswith("gpuscale."))
+    files = {m: getattr(sys.modules[m], "__file__", None) for m in names}
+    with open(os.environ["GPUSCALE_IMPORTS_OUT"], "w") as fh:
+        json.dump(files, fh)
+
+atexit.register(_dump)
+"""
+
+
+def dvc_code_deps() -> dict[str, set[str]]:
+    """stage -> the src/gpuscale deps dvc.yaml declares (as written, before matrix expansion)."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    return {name: {d for d in stage.get("deps", []) if d.startswith("src/gpuscale/")} for name, stage in stages.items()}
+
+
+def snakemake_code_deps() -> dict[str, set[str]]:
+    """stage -> the code inputs the Snakefile gives its rules (common.smk's CODE is deps.code_files)."""
+    return {stage: set(deps.code_files(stage, REPO / "src/gpuscale")) for stage in deps.STAGE_COMMANDS}
+
+
+def test_dvc_yaml_code_deps_and_params_are_generated_and_current():
+    text = (REPO / "dvc.yaml").read_text()
+    assert deps.render_dvc(text, REPO / "src/gpuscale") == text, (
+        "dvc.yaml is stale: run `python -m gpuscale.deps --write dvc.yaml`"
+    )
+    stages = yaml.safe_load(text)["stages"]
+    for name, stage in stages.items():
+        assert stage.get("params", []) == deps.STAGE_PARAMS[name], name
+
+
+def test_training_depends_on_no_analysis_code_and_the_report_side_on_no_training_code():
+    train = set(deps.closure("train", REPO / "src/gpuscale"))
+    assert {"gpuscale.train", "gpuscale.loaders", "gpuscale.variants", "gpuscale.nets"} <= train
+    assert not train & {"gpuscale.aggregate", "gpuscale.charts", "gpuscale.report", "gpuscale.analysis"}
+    for stage in ("aggregate", "charts", "report"):
+        closure = set(deps.closure(stage, REPO / "src/gpuscale"))
+        assert not closure & {"gpuscale.train", "gpuscale.loaders", "gpuscale.variants", "gpuscale.distributed"}
+    assert "src/gpuscale/templates/report.html.j2" in deps.code_files("report", REPO / "src/gpuscale")
+
+
+def make_package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "gpuscale"
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(textwrap.dedent(text))
+    return pkg
+
+
+def test_closure_follows_lazy_imports_relative_imports_and_declared_data(tmp_path):
+    pkg = make_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli.py": """
+                from gpuscale import params
+                def cmd_train(args):
+                    from gpuscale import train
+                def cmd_report(args):
+                    from gpuscale import report
+                def main(args):
+                    if args.command in ("report", "charts"):
+                        from gpuscale.report import ReportError
+            """,
+            "params.py": 'DATA_FILES = ("schemas/p.yaml",)\n',
+            "train.py": "def f():\n    from . import loaders\n",
+            "loaders.py": "import numpy\n",
+            "report.py": "",
+        },
+    )
+    assert deps.closure("train", pkg) == [
+        "gpuscale",
+        "gpuscale.cli",
+        "gpuscale.loaders",
+        "gpuscale.params",
+        "gpuscale.train",
+    ]
+    assert "gpuscale.report" in deps.closure("report", pkg)
+    assert deps.code_files("train", pkg)[-1] == "src/gpuscale/schemas/p.yaml"
+
+
+def test_closure_with_one_module_per_command(tmp_path):
+    """The split CLI: a dispatcher plus gpuscale/commands/<name>.py; the stage's entry is both."""
+    pkg = make_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli.py": """
+                import importlib
+                def main(name):
+                    return importlib.import_module(f"gpuscale.commands.{name}").run
+            """,
+            "commands/__init__.py": "",
+            "commands/train.py": "from gpuscale import train\n",
+            "commands/report.py": "from gpuscale import report\n",
+            "train.py": "",
+            "report.py": "",
+        },
+    )
+    assert deps.closure("train", pkg) == [
+        "gpuscale",
+        "gpuscale.cli",
+        "gpuscale.commands",
+        "gpuscale.commands.train",
+        "gpuscale.train",
+    ]
+    assert "src/gpuscale/commands/train.py" in deps.code_files("sweep_batch", pkg)
+
+
+def test_the_train_rules_params_are_the_keys_dvc_lists(base_params):
+    """Snakemake's train params (run_settings, label) are a function of STAGE_PARAMS["train"] alone."""
+    config = copy.deepcopy(base_params)
+    item = {"model": "resnet18", "variant": "paper"}
+    kept = params.select(config, deps.STAGE_PARAMS["train"], item)
+    bare: dict = {}
+    for key, value in kept.items():
+        node = bare
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    assert params.run_settings(bare, "resnet18", "cpu", "paper", 0) == params.run_settings(
+        config, "resnet18", "cpu", "paper", 0
+    )
+    assert bare["study"].get("label") == config["study"].get("label")
+    assert params.select(config, ["report.title", "nothing.here"]) == {
+        "report.title": config["report"]["title"],
+        "nothing.here": None,
+    }
+
+
+@pytest.mark.e2e
+def test_every_module_a_stage_imports_is_a_declared_dependency(tmp_path):
+    """Each stage command runs in a subprocess that reports the gpuscale modules it imported at exit."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    work = tmp_path / "work"
+    work.mkdir()
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["report"].update(reference=[], skip_bad_records=True)  # sweeps.* name records not made here
+    write_yaml(work / "params.yaml", config)
+    commands = {
+        "host": ["gpuscale", "host", "--out", "results/host.json"],
+        "data": ["gpuscale", "data", "--out", "data/prepared"],
+        "train": ["gpuscale", "train", "--model", "simplecnn", "--device", "cpu"],
+        "sweep_batch": ["gpuscale", "train", "--model", "simplecnn", "--device", "cuda-7", "--sweep", "batch=8"],
+        "aggregate": ["gpuscale", "aggregate", "--out", "results/tables"],
+        "charts": ["gpuscale", "charts"],
+        "report": ["gpuscale", "report"],
+    }
+    undeclared = []
+    snakemake, dvc = snakemake_code_deps(), dvc_code_deps()
+    for stage, argv in commands.items():
+        out = tmp_path / f"{stage}.json"
+        extra = {"PYTHONPATH": os.pathsep.join([str(hook), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+        env = {**tool_env(), **extra, "GPUSCALE_IMPORTS_OUT": str(out)}
+        done = subprocess.run(argv, cwd=work, env=env, text=True, capture_output=True, check=False)
+        assert done.returncode == 0, f"{argv}: {done.stderr[-3000:]}"
+        imported = json.loads(out.read_text())
+        files = {f"src/gpuscale/{Path(f).relative_to(REPO / 'src/gpuscale').as_posix()}" for f in imported.values()}
+        for tool, declared in (("snakemake", snakemake[stage]), ("dvc", dvc[stage])):
+            undeclared += [f"{tool} {stage}: {f}" for f in sorted(files - declared)]
+    assert not undeclared, "imported but not declared:\n" + "\n".join(undeclared)
