@@ -12,7 +12,6 @@ log = logging.getLogger("gpuscale")
 
 SWEEP = re.compile(r"^(threads|batch)=([1-9][0-9]*)$")
 MAX_SEED = 2**32 - 1  # numpy's seeds
-DEVICES_ALLOWED = "cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN (N >= 2)"
 
 
 def add_arguments(parser) -> None:
@@ -42,16 +41,16 @@ def errors() -> tuple:
 
 def check(args) -> None:
     """Every argument and output, before the lock, the data or any training (one line naming what is allowed)."""
-    from gpuscale import params
     from gpuscale.models import MODEL_NAMES
+    from gpuscale.settings import DEVICE_ALLOWED, is_device
 
     config = load_params(args)
     choice("--model", args.model, MODEL_NAMES)
-    if not params.DEVICE_PATTERN.match(args.device):
+    if not is_device(args.device):
         hint = ""
         if re.fullmatch(r"(cuda|cpu):[0-9]+", args.device):
             hint = f"; did you mean {args.device.replace(':', '-')}?"
-        raise UsageError(f"--device: {args.device!r} is malformed{hint} (allowed: {DEVICES_ALLOWED})")
+        raise UsageError(f"--device: {args.device!r} is malformed{hint} (allowed: {DEVICE_ALLOWED})")
     choice("--variant", args.variant, config["variants"])
     if not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed: {args.seed} is out of range (allowed: 0 to {MAX_SEED})")
