@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpuscale import __version__
 from gpuscale import params as params_mod
 
 log = logging.getLogger("gpuscale")
@@ -163,6 +164,7 @@ def cmd_models(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuscale", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"gpuscale {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--params",
