@@ -27,6 +27,9 @@ except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
 HOST_FINGERPRINT = envinfo.host_fingerprint()
+CUDA_MISMATCH = envinfo.cuda_mismatch()  # a GPU this torch cannot use: said before any job starts
+if CUDA_MISMATCH:
+    print(f"gpuscale: warning: {CUDA_MISMATCH}", file=sys.stderr)
 PKG = "src/gpuscale"
 CODE = {
     "host": [f"{PKG}/cli.py", f"{PKG}/envinfo.py", f"{PKG}/fsutil.py"],
