@@ -41,7 +41,8 @@ CODE = {
         f"{PKG}/schemas/params.schema.yaml", f"{PKG}/schemas/run-record.schema.json",
     ],
     "aggregate": [
-        f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/aggregate.py", f"{PKG}/analysis.py", f"{PKG}/paper.py",
+        f"{PKG}/cli.py", f"{PKG}/params.py", f"{PKG}/aggregate.py", f"{PKG}/metrics.py", f"{PKG}/analysis.py",
+        f"{PKG}/paper.py",
         f"{PKG}/sampling.py",
         f"{PKG}/record.py", f"{PKG}/fsutil.py", f"{PKG}/schemas/run-record.schema.json",
     ],
