@@ -252,8 +252,20 @@ def main(argv: list[str] | None = None) -> int:
     except known as err:
         if args.debug:
             raise
-        print(f"gpuscale {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return fail(args, f"gpuscale {args.command}: error: {err}", 2)
     except KeyboardInterrupt:
-        print(f"gpuscale {args.command}: interrupted; no output was written", file=sys.stderr)
-        return 130
+        return fail(args, f"gpuscale {args.command}: interrupted; no output was written", 130)
+    except Exception as err:  # a bug: its traceback goes to stderr, its one line to the log file too
+        fail(args, f"gpuscale {args.command}: unexpected {type(err).__name__}: {err}", 1, stderr=False)
+        raise
+
+
+def fail(args, message: str, code: int, stderr: bool = True) -> int:
+    """Say why a stage failed on stderr and in its --log file (Snakemake and DVC keep the log, not stderr)."""
+    if stderr:
+        print(message, file=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.stream.write(message + "\n")
+            handler.flush()
+    return code
