@@ -7,20 +7,45 @@ BIN := $(VENV)/bin
 # Overlay params files for the main job, e.g. CONFIGS="config/quick.yaml config/cifar10-jpeg.yaml"
 CONFIGS ?=
 CORES ?= 4
+# Which torch build: default = PyPI's (CUDA 13 on Linux x86_64, hash-checked from the lock); cpu = CPU wheels
+# (saves about 5 GB), or a CUDA flavour of the PyTorch index (cu126, cu128, cu130: match your driver).
+TORCH ?= default
+TORCH_INDEX ?= https://download.pytorch.org/whl/$(TORCH)
+LOCK := requirements/lock.txt
 
-.PHONY: install reproduce quick test browser slurm clean-results
+.PHONY: install reproduce quick test browser slurm clean-results lock lint
 
 install: $(VENV)/.installed
-
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(call q,$(VENV))
-	$(call q,$(BIN)/pip) install -q --upgrade pip
-	$(call q,$(BIN)/pip) install -q -e '.[test]'
-	touch $(call q,$@)
 
 # Every path reaches the shell quoted ($(call q,...)); the overlays are validated first (one line, file and line).
 q = '$(subst ','\'',$(1))'
 OVERLAYS = $(foreach f,$(CONFIGS),$(call q,$(f)))
+
+# The full environment from the lock (requirements/lock.txt, every file hash-checked), then the project itself.
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	@$(PYTHON) requirements/lock.py advise $(TORCH)
+	@$(PYTHON) requirements/lock.py check || { echo "the lock disagrees with pyproject.toml: run make lock"; exit 1; }
+	$(PYTHON) -m venv $(call q,$(VENV))
+	$(call q,$(BIN)/pip) install -q --upgrade pip
+ifeq ($(TORCH),default)
+	$(call q,$(BIN)/pip) install -q --require-hashes -r $(LOCK)
+else
+	$(call q,$(BIN)/pip) install -q torch==2.14.1+$(TORCH) torchvision==0.29.1+$(TORCH) --index-url $(TORCH_INDEX)
+	$(PYTHON) requirements/lock.py without-torch $(LOCK) > $(call q,$(VENV)/lock-without-torch.txt)
+	$(call q,$(BIN)/pip) install -q --require-hashes -r $(call q,$(VENV)/lock-without-torch.txt)
+endif
+	$(call q,$(BIN)/pip) install -q --no-deps -e .
+	touch $(call q,$@)
+
+# Refresh requirements/*.txt after an edit to pyproject.toml's dependencies (uv resolves from PyPI in seconds).
+lock:
+	test -x .venv-tools/bin/uv || { $(PYTHON) -m venv .venv-tools && .venv-tools/bin/pip install -q uv; }
+	$(PYTHON) requirements/lock.py compile .venv-tools/bin/uv
+
+# The code style the project keeps (pyproject.toml's [tool.ruff]); part of `make test` and so of CI.
+lint: install
+	$(call q,$(BIN)/ruff) check src tests benchmarks requirements
+	$(call q,$(BIN)/ruff) format --check src tests benchmarks requirements
 
 reproduce: install
 	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml $(foreach f,$(OVERLAYS),--params $(f)) \
@@ -32,6 +57,7 @@ quick: install
 
 test: install browser slurm
 	source $(call q,$(BIN)/activate) && pytest -q $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory lint
 
 # The report is tested in Debian's Chromium (driven by playwright, which downloads no browser).
 browser:

@@ -25,7 +25,7 @@ def test_speedups_and_accuracy_differences_have_known_values(tmp_path):
     assert speedup["accuracy_difference"].to_list() == pytest.approx([0.01] * 3)
     assert speedup["accuracy_parity"].to_list() == [True] * 3
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["speedup"]["this host/paper/resnet50"] == pytest.approx(40.0)
+    assert metrics["x"]["paper"]["resnet50"] == pytest.approx(40.0)
 
 
 def test_accuracy_gap_beyond_tolerance_is_flagged(tmp_path):

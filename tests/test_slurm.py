@@ -169,6 +169,10 @@ def test_quick_preset_through_the_slurm_executor(cluster, tmp_path):
             ["scontrol", "show", "job", job], env=cluster, capture_output=True, text=True, check=True
         ).stdout
         assert "JobState=COMPLETED" in shown and "Partition=cpu" in shown and "OverSubscribe=NO" in shown, shown
+    # the light rules are localrules: run beside Snakemake, never queued as SLURM jobs
+    assert not re.findall(
+        r"submitted with SLURM jobid \d+ \(log: \S*/rule_(host|aggregate|charts|report)/", done.stderr
+    )
     assert (repo / "reports/index.html").exists()
     again = subprocess.run(argv + ["-n"], cwd=repo, env=cluster, capture_output=True, text=True, check=True)
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -115,6 +115,9 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
     assert set(status) <= {"host"}, status
     assert status.get("host", ["always changed"]) == ["always changed"]
 
+    # Snakemake's benchmark: files (wall time, peak memory) lie under logs/, outside the DAG DVC mirrors
+    benchmark = (repo / "logs/benchmarks/train/simplecnn/cpu/paper-seed0.tsv").read_text().splitlines()
+    assert benchmark[0].split("\t")[:3] == ["s", "h:m:s", "max_rss"] and len(benchmark) == 2
     jobs, stages = snakemake_jobs(repo), dvc_stages(repo)
     assert set(jobs) == set(stages)
     for output, (rule, inputs, command) in jobs.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from gpuscale import analysis, fsutil, record, sampling, tables
+from gpuscale import metrics as metrics_mod
 from gpuscale import settings as typed
 
 # The table contract lives in gpuscale.tables; these names stay importable from here for one release.
@@ -580,23 +581,6 @@ def _clean(value):
     return value
 
 
-def metrics(speedup: pl.DataFrame, summary: dict) -> dict:
-    """results/metrics.json for `dvc metrics show/diff`: speedups and accuracy gaps by source/variant/model."""
-    out: dict = {"speedup": {}, "steady_speedup": {}, "accuracy_difference": {}, "fits": {}}
-    for row in speedup.iter_rows(named=True):
-        name = f"{row['source']}/{row['variant']}/{row['model']}"
-        out["speedup"][name] = row["speedup"]
-        out["steady_speedup"][name] = row["steady_speedup"]
-        out["accuracy_difference"][name] = row["accuracy_difference"]
-    for group, fit in summary.items():
-        out["fits"][group] = {
-            "amdahl_serial_seconds": fit["amdahl"].get("serial_seconds"),
-            "amdahl_acceleration": fit["amdahl"].get("acceleration"),
-            **{f"exponent_vs_{k.replace(' ', '_')}": v.get("exponent") for k, v in fit["scaling"].items()},
-        }
-    return _clean(out)
-
-
 def run(
     records: list[Path],
     reference: list[str],
@@ -641,7 +625,7 @@ def run(
         "sources": {k: len(v) for k, v in sources.items()},
     }
     tables.write_tables(frames, extras, out_dir)
-    fsutil.write_json(metrics_path, metrics(speedup, summary))
+    metrics_mod.write(metrics_path, speedup.filter(pl.col("source") == LOCAL_SOURCE).to_dicts())  # this host only
     log.info(
         "aggregated %d records (%d skipped) from %d source(s) -> %s", len(loaded), len(skipped), len(sources), out_dir
     )

@@ -77,6 +77,7 @@ def usage() -> str:
         "commands:",
         *(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()),
         "",
+        "gpuscale --version prints the version.",
         "Every command takes --params FILE (repeat to overlay), --log FILE and --debug (show tracebacks).",
         "`gpuscale COMMAND --help` lists a command's options.",
     ]
@@ -125,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     while rest and rest[0] == "--debug":  # `gpuscale --debug COMMAND ...` as well as `gpuscale COMMAND --debug`
         debug = True
         rest.pop(0)
+    if rest and rest[0] == "--version":
+        from gpuscale import __version__
+
+        print(f"gpuscale {__version__}")
+        return 0
     if not rest or rest[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if rest else sys.stderr)
         return 0 if rest else EXIT_USAGE
@@ -151,8 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     except known as err:
         if args.debug:
             raise
-        print(f"gpuscale {name}: error: {one_line(str(err))}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(f"gpuscale {name}: error: {one_line(str(err))}", EXIT_USAGE)
     except KeyboardInterrupt:
-        print(f"gpuscale {name}: interrupted; no output was written", file=sys.stderr)
-        return 130
+        return fail(f"gpuscale {name}: interrupted; no output was written", 130)
+    except Exception as err:  # a bug: its traceback goes to stderr, its one line to the log file too
+        fail(f"gpuscale {name}: unexpected {type(err).__name__}: {one_line(str(err))}", 1, stderr=False)
+        raise
+
+
+def fail(message: str, code: int, stderr: bool = True) -> int:
+    """Say why a stage failed on stderr and in its --log file (Snakemake and DVC keep the log, not stderr)."""
+    if stderr:
+        print(message, file=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.stream.write(message + "\n")
+            handler.flush()
+    return code

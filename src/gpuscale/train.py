@@ -46,7 +46,8 @@ def torch_device(slug: str) -> torch.device:
 def device_unavailable_reason(device: torch.device) -> str | None:
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            return "no CUDA GPU on this host (torch.cuda.is_available() is False)"
+            # a GPU this torch cannot use (driver too old for the build, or a CPU build) is named, with the fix
+            return envinfo.cuda_mismatch() or "no CUDA GPU on this host (torch.cuda.is_available() is False)"
         index = device.index or 0
         if index >= torch.cuda.device_count():
             return f"this host has {torch.cuda.device_count()} CUDA GPU(s); cuda-{index} does not exist"

@@ -29,6 +29,9 @@ except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
 HOST_FINGERPRINT = envinfo.host_fingerprint()
+CUDA_MISMATCH = envinfo.cuda_mismatch()  # a GPU this torch cannot use: said before any job starts
+if CUDA_MISMATCH:
+    print(f"gpuscale: warning: {CUDA_MISMATCH}", file=sys.stderr)
 # Each stage's code: the import closure of its command plus the data files those modules read,
 # computed from src/gpuscale (gpuscale.deps; dvc.yaml holds the same lists, generated from it).
 CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
@@ -39,9 +42,6 @@ AGGREGATE_OUTPUTS = {
     **tables.outputs(),
     "speedup": report(tables.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),
 }
-for _stage in CODE:  # the dispatcher's module of each stage's command (cli.py imports only that one)
-    CODE[_stage] += [f"{PKG}/commands/__init__.py", f"{PKG}/commands/{_stage}.py"]
-CODE["train"] += [f"{PKG}/timinglock.py"]
 
 
 def all_records():

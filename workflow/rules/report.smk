@@ -1,3 +1,10 @@
+# Light rules run where Snakemake runs, never as cluster jobs (SLURM would queue them like a training run).
+localrules:
+    aggregate,
+    charts,
+    report,
+
+
 rule aggregate:
     input:
         records=all_records(),

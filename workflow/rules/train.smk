@@ -12,6 +12,9 @@ rule train:
         params_args=PARAMS_ARGS,
     log:
         "logs/train/{model}/{device}/{variant}-seed{seed}.log",
+    # wall time, peak memory (max_rss) and CPU time of the whole job, by Snakemake (not a DVC output)
+    benchmark:
+        "logs/benchmarks/train/{model}/{device}/{variant}-seed{seed}.tsv",
     wildcard_constraints:
         device=typed.DEVICE_PATTERN,
         variant=r"[a-z][a-z0-9_]*",
@@ -40,6 +43,8 @@ rule sweep_threads:
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/cpu/threads{value}-{variant}-seed{seed}.log",
+    benchmark:
+        "logs/benchmarks/sweeps/{model}/cpu/threads{value}-{variant}-seed{seed}.tsv",
     wildcard_constraints:
         value=r"\d+",
         variant=r"[a-z][a-z0-9_]*",
@@ -67,6 +72,8 @@ rule sweep_batch:
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.log",
+    benchmark:
+        "logs/benchmarks/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.tsv",
     wildcard_constraints:
         device=r"cuda(-\d+)?|mps",
         variant=r"[a-z][a-z0-9_]*",
