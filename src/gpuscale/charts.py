@@ -12,6 +12,7 @@ import html
 import json
 import logging
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,11 +105,17 @@ def _flags(frame: pl.DataFrame) -> list[str]:
     return flags
 
 
+TITLE_CHARS, SUBTITLE_CHARS = 40, 56  # what a line of each holds on a phone (390 px) without running off
+
+
 def _title(text: str, subtitle: str | list[str] = "", frame: pl.DataFrame | None = None) -> alt.Title:
+    """A title and its subtitle lines, wrapped so that no line runs off a phone's screen (Vega does not wrap)."""
     lines = [subtitle] if isinstance(subtitle, str) else list(subtitle)
     if frame is not None and (flags := _flags(frame)):
         lines.append("; ".join(flags))
-    return alt.Title(text, subtitle=[line for line in lines if line], anchor="start")
+    wrapped = [part for line in lines if line for part in textwrap.wrap(line, SUBTITLE_CHARS)]
+    title = textwrap.wrap(text, TITLE_CHARS)
+    return alt.Title(title if len(title) > 1 else text, subtitle=wrapped, anchor="start")
 
 
 def _empty(title: alt.Title, message: str) -> alt.Chart:
@@ -255,12 +262,19 @@ def speedup_vs_size(
         for (s, v) in groups.iter_rows()
         if (text := verdict(fits, s, v, short=True))
     ]
+    lines = _fit_lines(speedup, fits, column, fit_name)
+    unfitted = sorted(
+        {words.source_short(s) for s in speedup.filter(pl.col("speedup").is_not_null())["source"].unique().to_list()}
+        - {words.source_short(s) for s in lines["source"].unique().to_list()}
+    )
+    if unfitted:
+        subtitles.append(f"no fitted line for {', '.join(unfitted)}: fewer than 3 models measured on both devices")
     chart_title = _title(title, subtitles or "log-log; lines are power laws fitted per source and variant", speedup)
     if measured.is_empty():
         return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
     xdomain = _log_domain(measured[column].to_list(), 1.6)
     ydomain = _log_domain([*measured["speedup"].to_list(), *measured["speedup_ci_low"].to_list()], 1.3)
-    ydomain[1] = max(ydomain[1], max(v for v in measured["speedup_ci_high"].to_list() + [0] if v) * 1.1)
+    ydomain[1] = max([ydomain[1], *(v * 1.1 for v in measured["speedup_ci_high"].to_list() if v)])
     measured = measured.sort(column)
     present = measured["source"].unique().to_list()
     measured = measured.with_columns(
@@ -298,7 +312,6 @@ def speedup_vs_size(
         x=x, y=_same_axis(y, "label_y"), text="model:N"
     )
     layers = []
-    lines = _fit_lines(speedup, fits, column, fit_name)
     if not lines.is_empty():
         layers.append(
             alt.Chart(lines)
@@ -346,7 +359,8 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
             p = analysis.parallel_fraction(s, row["cpu_epoch_seconds"])
             if not 0 < p < 1:
                 continue
-            key = {"source": fit["source"], "variant": fit["variant"], "model": row["model"], "P": p}
+            series = f"{fit['source']} / {fit['variant']}"
+            key = {"source": fit["source"], "variant": fit["variant"], "series": series, "model": row["model"], "P": p}
             group = f"{fit['source']} / {fit['variant']} / {row['model']}"
             for n in np.geomspace(1, 1e4, 60):
                 curves.append({**key, "group": group, "N": float(n), "S": float(analysis.amdahl_speedup(p, n))})
@@ -376,7 +390,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         "N:Q",
         scale=alt.Scale(type="log", domain=[1, 1e4], nice=False),
         axis=alt.Axis(format="~s"),
-        title="N, processing units (effective: N = k · P)",
+        title="N, effective units (N = k · P)",
     )
     y = alt.Y(
         "S:Q",
@@ -842,12 +856,12 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
             speedup,
             fits,
             "train_flops_per_image",
-            "GPU speedup against training FLOPs per image",
-            "training FLOPs per image (forward + backward)",
+            "Speedup vs training FLOPs per image",
+            "training FLOPs per image",
             style,
         ),
         "speedup_vs_parameters": speedup_vs_size(
-            speedup, fits, "parameters", "GPU speedup against parameters", "parameters", style
+            speedup, fits, "parameters", "Speedup vs parameters", "parameters", style
         ),
         "phases": phases(tables["phases"], runs),
         "amdahl": amdahl(speedup, fits, style),
@@ -855,8 +869,8 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
             runs,
             "epoch_seconds_mean",
             "Seconds per training epoch",
-            "seconds per epoch (mean over epochs, median over runs)",
-            "evaluation excluded; log scale",
+            "seconds per epoch",
+            "mean over epochs, median over runs; evaluation excluded; log scale",
         ),
         "throughput": by_device(
             runs,
@@ -877,6 +891,7 @@ THEME = {
     "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
     "autosize": {"type": "fit-x", "contains": "padding"},
     "axis": {"labelFontSize": 12, "titleFontSize": 12, "labelColor": "#333", "titleColor": "#222"},
+    "axisX": {"labelFlush": True, "labelOverlap": True},
     "legend": {"labelFontSize": 12, "titleFontSize": 12, "labelLimit": 360, "titleLimit": 360, "labelColor": "#333"},
     "title": {"fontSize": 15, "subtitleFontSize": 12, "subtitleColor": "#444", "color": "#222"},
     "text": {"fontSize": 11},
@@ -944,7 +959,8 @@ def page(vl: dict, title: str, bundle: str) -> str:
 
 def chart_title(vl: dict) -> str:
     title = vl.get("title", "")
-    return title.get("text", "") if isinstance(title, dict) else str(title)
+    text = title.get("text", "") if isinstance(title, dict) else title
+    return " ".join(text) if isinstance(text, list) else str(text)
 
 
 def save(charts: dict[str, alt.Chart], out_dir: Path) -> list[Path]:
