@@ -208,8 +208,9 @@ def paper_comparison(speedup: pl.DataFrame, runs: pl.DataFrame, source: str, var
             paper_gpu = flops * 50_000 / (p["gpu_seconds"] / paper.EPOCHS)
             side = "CPU" if abs(math.log(cpu / paper_cpu)) > abs(math.log(gpu / paper_gpu)) else "GPU"
             line += (
-                f". Training FLOP/s: this CPU {words.si(cpu)}, the paper's {words.si(paper_cpu)}; this GPU "
-                f"{words.si(gpu)}, the paper's {words.si(paper_gpu)}: most of the gap is on the {side} side"
+                f". Training rate: this CPU {words.si(cpu, 'FLOP/s')}, the paper's {words.si(paper_cpu, 'FLOP/s')}; "
+                f"this GPU {words.si(gpu, 'FLOP/s')}, the paper's {words.si(paper_gpu, 'FLOP/s')}: most of the gap is "
+                f"on the {side} side"
             )
         out.append(line + ".")
     return out
@@ -287,7 +288,10 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
             if here and there_gpu:
                 gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
         if cpu_lines:
-            out.append(f"This host's CPU against {name}'s CPU (training images per second): {', '.join(cpu_lines)}.")
+            out.append(
+                f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
+                f"{', '.join(cpu_lines)}."
+            )
         if local_speedups.is_empty():
             ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
             variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
@@ -314,6 +318,8 @@ def key_results(tables: dict) -> dict:
     sources = []
     for source in _measured_sources(speedup):
         frame = speedup.filter(pl.col("source") == source)
+        if frame["speedup"].is_null().all() and source == LOCAL_SOURCE:
+            continue  # a host without a GPU: its key results are the comparison with the reference below
         variants = []
         for variant in _variants(frame):
             rows = _by_flops(frame.filter(pl.col("variant") == variant)).to_dicts()
@@ -324,7 +330,11 @@ def key_results(tables: dict) -> dict:
         if verdict:
             r2 = charts.r2_by_fit(fits, source, baseline)
             follows = "training FLOPs per image" if r2[charts.FIT_FLOPS] >= r2[charts.FIT_PARAMETERS] else "parameters"
-            findings.append(f"The speedup follows {follows} ({verdict}, {baseline} variant).")
+            models = frame.filter((pl.col("variant") == baseline) & pl.col("speedup").is_not_null()).height
+            findings.append(
+                f"The speedup follows {follows}: {charts.verdict(fits, source, baseline, short=True)} "
+                f"({baseline} variant, power laws over {models} models)."
+            )
         findings += paper_comparison(speedup, runs, source, baseline)
         if why := data_wait(tables["phases"], speedup, source, baseline):
             findings.append(why)
