@@ -71,19 +71,24 @@ class Style:
             legend=alt.Legend(orient="bottom", direction="vertical"),
         )
 
-    def dash(self) -> alt.StrokeDash:
+    def _variants(self, present) -> list[str]:
+        return [v for v in self.variants if present is None or v in set(present)] or list(self.variants)
+
+    def dash(self, present=None) -> alt.StrokeDash:
+        shown = self._variants(present)
         return alt.StrokeDash(
             "variant:N",
             title="variant",
-            scale=alt.Scale(domain=list(self.variants), range=[d for d, _ in self.variants.values()]),
+            scale=alt.Scale(domain=shown, range=[self.variants[v][0] for v in shown]),
             legend=alt.Legend(orient="bottom"),
         )
 
-    def shape(self) -> alt.Shape:
+    def shape(self, present=None) -> alt.Shape:
+        shown = self._variants(present)
         return alt.Shape(
             "variant:N",
             title="variant",
-            scale=alt.Scale(domain=list(self.variants), range=[s for _, s in self.variants.values()]),
+            scale=alt.Scale(domain=shown, range=[self.variants[v][1] for v in shown]),
             legend=alt.Legend(orient="bottom"),
         )
 
@@ -145,9 +150,10 @@ def _log_domain(values, pad: float = 1.35) -> list[float]:
     return [min(vals) / pad, max(vals) * pad]
 
 
-def _label_positions(points: list[dict], x: str, y: str, xdomain, ydomain, width=700, height=HEIGHT) -> list[float]:
-    """The y value of each point's direct label (log y axis), so labels collide less: each label takes the first
-    free slot above or below its point, in the pixels of a chart of about this size."""
+def _label_positions(points: list[dict], x: str, y: str, xdomain, ydomain, width=700, height=HEIGHT) -> list[tuple]:
+    """(y value, left?) of each point's direct label (log axes), so labels collide less and stay inside the plot:
+    each label takes the first free slot beside, above or below its point, to its left near the right edge, in the
+    pixels of a chart of about this size."""
     placed, out = [], []
     lx = [math.log(v) for v in xdomain]
     ly = [math.log(v) for v in ydomain]
@@ -156,13 +162,32 @@ def _label_positions(points: list[dict], x: str, y: str, xdomain, ydomain, width
         px = (math.log(p[x]) - lx[0]) / (lx[1] - lx[0] or 1) * width
         py = height - (math.log(p[y]) - ly[0]) / (ly[1] - ly[0] or 1) * height
         w = 6.5 * len(str(p["model"]))
+        left = px + 7 + w > width
+        x0 = px - 7 - w if left else px + 7
         for dy in (0, -13, 13, -26, 26, -39, 39):
-            box = (px + 7, py + dy - 6, px + 7 + w, py + dy + 6)
+            box = (x0, py + dy - 6, x0 + w, py + dy + 6)
             if all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed):
                 break
         placed.append(box)
-        out.append(float(p[y] * math.exp(-dy * per_pixel)))
+        out.append((float(p[y] * math.exp(-dy * per_pixel)), left))
     return out
+
+
+def _labels(frame: pl.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
+    """Direct labels at label_y: right of their point, or left of it where label_left says so."""
+    base = alt.Chart(frame).encode(x=x, y=_same_axis(y, "label_y"), text="model:N")
+    return [
+        base.transform_filter("!datum.label_left").mark_text(dx=7, align="left", fontSize=11, color="#333"),
+        base.transform_filter("datum.label_left").mark_text(dx=-7, align="right", fontSize=11, color="#333"),
+    ]
+
+
+def _with_labels(frame: pl.DataFrame, x: str, y: str, xdomain, ydomain, height=HEIGHT) -> pl.DataFrame:
+    placed = _label_positions(frame.to_dicts(), x, y, xdomain, ydomain, height=height)
+    return frame.with_columns(
+        pl.Series("label_y", [p[0] for p in placed], dtype=pl.Float64),
+        pl.Series("label_left", [p[1] for p in placed], dtype=pl.Boolean),
+    )
 
 
 def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
@@ -277,8 +302,8 @@ def speedup_vs_size(
     ydomain[1] = max([ydomain[1], *(v * 1.1 for v in measured["speedup_ci_high"].to_list() if v)])
     measured = measured.sort(column)
     present = measured["source"].unique().to_list()
-    measured = measured.with_columns(
-        pl.Series("label_y", _label_positions(measured.to_dicts(), column, "speedup", xdomain, ydomain)),
+    variants = measured["variant"].unique().to_list()
+    measured = _with_labels(measured, column, "speedup", xdomain, ydomain).with_columns(
         _mapped(measured, "source", words.source_short).alias("source_words"),
     )
     x = alt.X(
@@ -306,11 +331,9 @@ def speedup_vs_size(
     ]
     base = alt.Chart(measured)
     points = base.mark_point(filled=True, size=80, opacity=0.9).encode(
-        x=x, y=y, color=style.colour(present), shape=style.shape(), tooltip=tooltip
+        x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=tooltip
     )
-    labels = base.mark_text(dx=7, align="left", fontSize=11, color="#333").encode(
-        x=x, y=_same_axis(y, "label_y"), text="model:N"
-    )
+    labels = _labels(measured, x, y)
     layers = []
     if not lines.is_empty():
         layers.append(
@@ -320,7 +343,7 @@ def speedup_vs_size(
                 x=x,
                 y=y,
                 color=style.colour(present),
-                strokeDash=style.dash(),
+                strokeDash=style.dash(variants),
                 tooltip=[
                     alt.Tooltip("source:N", title="source"),
                     alt.Tooltip("variant:N", title="variant"),
@@ -335,7 +358,7 @@ def speedup_vs_size(
             .mark_rule(strokeWidth=1.5)
             .encode(x=x, y="speedup_ci_low:Q", y2="speedup_ci_high:Q", color=style.colour(present))
         )
-    layers += [points, labels]
+    layers += [points, *labels]
     return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
 
 
@@ -386,6 +409,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
     ydomain = _log_domain([c["S"] for c in curves] + [m["S"] for m in marks], 1.2)
     present = {c["source"] for c in curves}
+    variants = {c["variant"] for c in curves}
     x = alt.X(
         "N:Q",
         scale=alt.Scale(type="log", domain=[1, 1e4], nice=False),
@@ -407,19 +431,16 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
     line = (
         alt.Chart(pl.DataFrame(curves))
         .mark_line(strokeWidth=1.2, opacity=0.7)
-        .encode(x=x, y=y, color=style.colour(present), strokeDash=style.dash(), detail="group:N", tooltip=tooltip)
+        .encode(
+            x=x, y=y, color=style.colour(present), strokeDash=style.dash(variants), detail="group:N", tooltip=tooltip
+        )
     )
     layers = [line]
     marks_frame = pl.DataFrame(marks).sort("N")
     xdomain = [1.0, 1e4]
-    marks_frame = marks_frame.with_columns(
-        pl.Series(
-            "label_y",
-            _label_positions(
-                [{**m, "N": min(max(m["N"], 1.0), 1e4)} for m in marks_frame.to_dicts()], "N", "S", xdomain, ydomain
-            ),
-        )
-    )
+    clamped = marks_frame.with_columns(pl.col("N").clip(1.0, 1e4))
+    placed = _with_labels(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
+    marks_frame = pl.concat([marks_frame, placed.select("label_y", "label_left")], how="horizontal")
     for filled in (True, False):
         subset = marks_frame.filter(pl.col("k_known") == filled)
         if subset.is_empty():
@@ -431,7 +452,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                 x=x,
                 y=y,
                 color=style.colour(present),
-                shape=style.shape(),
+                shape=style.shape(variants),
                 tooltip=[
                     *tooltip,
                     alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
@@ -440,11 +461,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                 ],
             )
         )
-    layers.append(
-        alt.Chart(marks_frame)
-        .mark_text(dx=7, align="left", fontSize=11, color="#333")
-        .encode(x=x, y=_same_axis(y, "label_y"), text="model:N")
-    )
+    layers += _labels(marks_frame, x, y)
     return alt.layer(*layers).properties(
         title=title, width="container", height=HEIGHT + 60, description="Amdahl's law per model"
     )
@@ -557,6 +574,7 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
     )
     diagonal = alt.Chart(band).mark_line(color="green", clip=True).encode(x=x, y=y)
     present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
     frame = data.select(
         "source", "variant", "model", "cpu_accuracy", "gpu_accuracy", "accuracy_difference", "accuracy_parity"
     ).with_columns(pl.when(pl.col("accuracy_parity")).then(pl.lit("yes")).otherwise(pl.lit("no")).alias("agrees"))
@@ -567,7 +585,7 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
             x=x,
             y=y,
             color=style.colour(present),
-            shape=style.shape(),
+            shape=style.shape(variants),
             tooltip=[
                 alt.Tooltip("source:N", title="source"),
                 alt.Tooltip("variant:N", title="variant"),
@@ -717,6 +735,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
     curves = _thread_curves(data, fits)
     present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
     x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="CPU threads")
     y = alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads")
     points = (
@@ -726,7 +745,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
             x=x,
             y=y,
             color=style.colour(present),
-            shape=style.shape(),
+            shape=style.shape(variants),
             opacity=alt.condition("datum.oversubscribed", alt.value(0.35), alt.value(1.0)),
             tooltip=[
                 alt.Tooltip("source:N", title="source"),
@@ -755,7 +774,9 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         )
     labels = _end_labels(data, "value", "speedup_vs_baseline", ["source", "model", "variant"])
     layers.append(
-        alt.Chart(labels).mark_text(dx=7, align="left", fontSize=11, color="#333").encode(x=x, y=y, text="model:N")
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
     )
     return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description="CPU thread sweep")
 
@@ -770,6 +791,7 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
     if data.is_empty():
         return _empty(title, "No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).")
     present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
     x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="batch size")
     y = alt.Y(
         "images_per_second:Q",
@@ -784,7 +806,7 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
             x=x,
             y=y,
             color=style.colour(present),
-            strokeDash=style.dash(),
+            strokeDash=style.dash(variants),
             detail="model:N",
             tooltip=[
                 alt.Tooltip("source:N", title="source"),
@@ -797,7 +819,11 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
         )
     )
     labels = _end_labels(data, "value", "images_per_second", ["source", "model", "variant"])
-    text = alt.Chart(labels).mark_text(dx=7, align="left", fontSize=11, color="#333").encode(x=x, y=y, text="model:N")
+    text = (
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
     return alt.layer(lines, text).properties(
         title=title, width="container", height=HEIGHT, description="GPU batch-size sweep"
     )
@@ -813,6 +839,7 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
         return _empty(title, "No data-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
     counts = sorted({1, *data["world_size"].to_list()})
     present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
     x = alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)]))
     y = alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES))
     ideal = (
@@ -827,7 +854,7 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
             x=x,
             y=y,
             color=style.colour(present),
-            strokeDash=style.dash(),
+            strokeDash=style.dash(variants),
             detail="model:N",
             tooltip=[
                 alt.Tooltip("source:N", title="source"),
@@ -842,7 +869,11 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
         )
     )
     labels = _end_labels(data, "world_size", "speedup", ["source", "model", "variant"])
-    text = alt.Chart(labels).mark_text(dx=7, align="left", fontSize=11, color="#333").encode(x=x, y=y, text="model:N")
+    text = (
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
     return alt.layer(ideal, points, text).properties(
         title=title, width="container", height=HEIGHT, description="Data-parallel scaling"
     )
