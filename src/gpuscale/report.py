@@ -28,9 +28,8 @@ from gpuscale.aggregate import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  
 log = logging.getLogger("gpuscale.report")
 
 HEADLINE_DEFINITION = (
-    "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds): what the paper "
-    "timed, and what a user waits for; where leaving the first epoch out (compilation, warm-up) changes it by more "
-    "than a quarter, the steady speedup is shown beside it."
+    "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
+    "timed it and as a user waits; the steady speedup (first epoch left out) is shown where it differs by a quarter."
 )
 STEADY_DIFFERS = 1.25  # show the steady speedup where it differs from the whole-run one by this factor or more
 
@@ -298,11 +297,14 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
             listed = [
                 f"{r['model']} {words.times(r['speedup'])}"
                 for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
+                if r["model"] in set(pairs["model"].to_list())
             ]
+            line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
             if listed:
-                out.append(f"No GPU here: {name}'s speedups ({variant} variant) are {', '.join(listed)}.")
+                line += f" ({', '.join(listed)} for the models run here)"
             if gpu_lines:
-                out.append(f"{name}'s GPU would train them faster than this CPU by {', '.join(gpu_lines)}.")
+                line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
+            out.append(line + ".")
     if not local_speedups.is_empty():
         listed = [
             f"{r['model']} {words.times(r['speedup'])} ({r['variant']})"
