@@ -342,7 +342,7 @@ LAUNCH_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-PAGE_FACTS = """() => {
+PAGE_FACTS = r"""() => {
   const key = document.getElementById('key').getBoundingClientRect();
   const small = [];
   for (const el of document.querySelectorAll('body *')) {
@@ -352,12 +352,34 @@ PAGE_FACTS = """() => {
                                        : parseFloat(getComputedStyle(el).fontSize);
     if (size < 11) small.push(el.tagName + ' ' + size + ' ' + el.textContent.slice(0, 30));
   }
+  const rgb = c => (c.match(/[\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => [r, g, b]
+    .map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+    .reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const background = el => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const lowContrast = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length) continue;
+    const style = getComputedStyle(el);
+    const fg = el.tagName === 'text' ? rgb(style.fill) : rgb(style.color);
+    if (fg.length < 3) continue;
+    const [a, b] = [lum(fg.slice(0, 3)), lum(background(el))].sort((x, y) => y - x);
+    if ((a + 0.05) / (b + 0.05) < 4.5) lowContrast.push(el.tagName + ' ' + el.textContent.slice(0, 30));
+  }
   const overflow = [...document.querySelectorAll('body *')].filter(el => {
     const r = el.getBoundingClientRect();
     return r.right > window.innerWidth + 0.5 && !el.closest('.table-wrap');
   }).slice(0, 5).map(el => (el.closest('div.vega') || el).id + ' ' + el.tagName + ' '
     + (el.textContent || '').slice(0, 40) + ' ' + Math.round(el.getBoundingClientRect().right));
   return {
+    lowContrast: lowContrast.slice(0, 5),
     overflow: overflow,
     scrollWidth: document.documentElement.scrollWidth,
     width: window.innerWidth,
@@ -415,6 +437,8 @@ def _check_in_chromium(folder: Path, tag: str) -> dict:
             problems.append(f"{screen}: the page scrolls sideways ({f['scrollWidth']} px > {width}): {f['overflow']}")
         if f["messages"] or f["requests"] or f["pwned"]:
             problems.append(f"{screen}: {f['messages']} {f['requests']} pwned={f['pwned']}")
+        if f["lowContrast"]:
+            problems.append(f"{screen}: text below WCAG AA contrast (4.5:1): {f['lowContrast']}")
         if f["small"]:
             problems.append(f"{screen}: text under 11 px: {f['small'][:5]}")
         if not all(count > 0 for _, count in f["charts"]):
