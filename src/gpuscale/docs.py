@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
         PARAMS_DOC.write_text(replace_block(PARAMS_DOC.read_text(), "params", params_reference()))
         return 0
     if argv[:1] == ["readme"] and len(argv) == 2:
-        from gpuscale.aggregate import read_tables  # the table contract; gpuscale.tables once it lands
+        from gpuscale.charts import read_tables  # the table contract, via charts
 
         README.write_text(replace_block(README.read_text(), "headline", readme_headline(read_tables(Path(argv[1])))))
         return 0

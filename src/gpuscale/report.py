@@ -21,9 +21,7 @@ import polars as pl
 from markupsafe import Markup
 
 from gpuscale import charts, fsutil, paper, words
-
-# The table contract. One hunk to switch to gpuscale.tables when it lands.
-from gpuscale.aggregate import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # noqa: I001
+from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
 
 log = logging.getLogger("gpuscale.report")
 
