@@ -37,7 +37,7 @@ def test_too_few_models_draw_no_fit_for_that_source(tmp_path):
     amdahl = str(built["amdahl"].to_dict())
     assert "this host" not in amdahl and "paper: RTX 3050" in amdahl  # the paper's 3 points fit; our 2 do not
     flops = str(built["speedup_vs_flops"].to_dict())
-    assert "no fitted line for this host: fewer than 3 models" in flops
+    assert "no fitted line for this host: fewer than 3" in flops
 
 
 def test_amdahl_markers_are_hollow_where_k_is_undetermined(tmp_path):

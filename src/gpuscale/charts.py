@@ -72,6 +72,10 @@ class Style:
             legend=alt.Legend(orient="bottom", direction="vertical"),
         )
 
+    def key(self, present=None) -> str:
+        """The variants shown, in words with their marker and dash (the charts draw no variant legend)."""
+        return words.variant_key({v: self.variants[v] for v in self._variants(present)})
+
     def _variants(self, present) -> list[str]:
         return [v for v in self.variants if present is None or v in set(present)] or list(self.variants)
 
@@ -81,7 +85,7 @@ class Style:
             "variant:N",
             title="variant",
             scale=alt.Scale(domain=shown, range=[self.variants[v][0] for v in shown]),
-            legend=alt.Legend(orient="bottom"),
+            legend=None,  # in words, in the subtitle (Style.key)
         )
 
     def shape(self, present=None) -> alt.Shape:
@@ -90,7 +94,7 @@ class Style:
             "variant:N",
             title="variant",
             scale=alt.Scale(domain=shown, range=[self.variants[v][1] for v in shown]),
-            legend=alt.Legend(orient="bottom"),
+            legend=None,  # in words, in the subtitle (Style.key)
         )
 
 
@@ -111,7 +115,7 @@ def _flags(frame: pl.DataFrame) -> list[str]:
     return flags
 
 
-TITLE_CHARS, SUBTITLE_CHARS = 40, 56  # what a line of each holds on a phone (390 px) without running off
+TITLE_CHARS, SUBTITLE_CHARS = 32, 48  # what a line of each holds on a phone (390 px) without running off
 
 
 def _title(text: str, subtitle: str | list[str] = "", frame: pl.DataFrame | None = None) -> alt.Title:
@@ -295,7 +299,8 @@ def speedup_vs_size(
     )
     if unfitted:
         subtitles.append(f"no fitted line for {', '.join(unfitted)}: fewer than 3 models measured on both devices")
-    chart_title = _title(title, subtitles or "log-log; lines are power laws fitted per source and variant", speedup)
+    subtitles.append(style.key(measured["variant"].unique().to_list()))
+    chart_title = _title(title, subtitles, speedup)
     if measured.is_empty():
         return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
     xdomain = _log_domain(measured[column].to_list(), 1.6)
@@ -403,6 +408,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         [
             "P from the fit GPU epoch = s + CPU epoch / k; the marker is the measured speedup at N = k · P",
             "hollow: the source's k is undetermined; each curve flattens at 1 / (1 − P)",
+            style.key({c["variant"] for c in curves}) if curves else "",
         ],
         speedup,
     )
@@ -522,7 +528,7 @@ def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: 
         alt.Chart(data)
         .mark_point(filled=True, size=70)
         .encode(
-            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
+            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=170)),
             x=alt.X(
                 f"{column}:Q",
                 scale=alt.Scale(type="log", domain=_log_domain(data[column].to_list(), 1.3), nice=False),
@@ -548,7 +554,10 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
     both = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
     # a sampled run trained on a few steps per epoch: its accuracy is no full-run accuracy, so it is not drawn
     data = both.filter(~pl.col("extrapolated"))
-    subtitle = [f"inside the green band the two agree within ±{tolerance * 100:.1f} percentage points"]
+    subtitle = [
+        f"inside the green band the two agree within ±{tolerance * 100:.1f} percentage points",
+        style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+    ]
     if len(both) > len(data):
         subtitle.append(f"{len(both) - len(data)} pair(s) with a sampled run left out")
     title = _title("Test accuracy, CPU against GPU", subtitle, data)
@@ -638,7 +647,8 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         _mapped(data, "phase", words.phase).alias("phase_words"),
         pl.col("phase").replace_strict({p: i for i, p in enumerate(order)}, default=99).alias("phase_order"),
     )
-    data = data.with_columns(_row_label(data, "device_words", "variant").alias("row"))
+    data = data.with_columns(_mapped(data, "device", lambda d: words.device_kind(d).upper()).alias("device_kind"))
+    data = data.with_columns(_row_label(data, "device_kind", "variant").alias("row"))
     rows = (
         data.sort("train_flops_per_image", "parameters", "model", "variant", "device", "source", nulls_last=True)["row"]
         .unique(maintain_order=True)
@@ -648,16 +658,14 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         alt.Chart(data)
         .mark_bar()
         .encode(
-            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=300)),
-            x=alt.X(
-                "seconds_per_epoch:Q", title="share of a training step", stack="normalize", axis=alt.Axis(format="%")
-            ),
+            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=170)),
+            x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
             color=alt.Color(
                 "phase_words:N",
                 title="phase",
                 sort=[words.phase(p) for p in order],
                 scale=alt.Scale(domain=[words.phase(p) for p in order], range=[words.PHASE_COLOURS[p] for p in order]),
-                legend=alt.Legend(orient="bottom"),
+                legend=alt.Legend(orient="bottom", columns=2),
             ),
             order=alt.Order("phase_order:Q"),
             tooltip=[
@@ -729,6 +737,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         [
             "dashed: Amdahl's law fitted to the same points (epoch = a + b / threads)",
             "faded: torch threads plus loader workers outnumbered the logical cores",
+            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
         ],
         data,
     )
@@ -786,7 +795,10 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
     data = sweeps.filter(pl.col("parameter") == "batch")
     title = _title(
         "GPU batch-size sweep: training images per second",
-        "where a line flattens, the GPU (or its input pipeline) is saturated",
+        [
+            "where a line flattens, the GPU (or its input pipeline) is saturated",
+            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+        ],
         data,
     )
     if data.is_empty():
@@ -833,7 +845,12 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
 def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
     """Data-parallel speedup against the number of processes (GPUs), with the ideal line speedup = N."""
     title = _title(
-        "Data-parallel scaling: speedup over one device", "steady epochs; dashed grey: perfect scaling", table
+        "Data-parallel scaling: speedup over one device",
+        [
+            "steady epochs; dashed grey: perfect scaling",
+            style.key(table["variant"].unique().to_list()) if not table.is_empty() else "",
+        ],
+        table,
     )
     data = table.filter(pl.col("speedup").is_not_null())
     if data.is_empty():
@@ -908,8 +925,8 @@ def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
             runs,
             "train_images_per_second",
             "Training throughput",
-            "images per second (training)",
-            "whole run, first epoch included; log scale",
+            "images per second",
+            "training, whole run, first epoch included; log scale",
         ),
         "accuracy": accuracy(speedup, tolerance, style),
         "threads": threads(tables["sweeps"], fits, style),

@@ -218,6 +218,8 @@ PHASE_COLOURS = {
 }
 VARIANT_DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2])
 VARIANT_SHAPES = ("circle", "square", "triangle-up", "diamond", "cross")
+DASH_WORDS = ("solid", "dashed", "dotted", "dash-dot")
+SHAPE_SYMBOLS = ("●", "■", "▲", "◆", "✚")
 
 
 def source_colours(sources, paper_source: str, local_source: str) -> dict[str, str]:
@@ -240,6 +242,16 @@ def variant_styles(variants) -> dict[str, tuple[list[int], str]]:
         v: (VARIANT_DASHES[i % len(VARIANT_DASHES)], VARIANT_SHAPES[i % len(VARIANT_SHAPES)])
         for i, v in enumerate(ordered)
     }
+
+
+def variant_key(styles: dict[str, tuple[list[int], str]]) -> str:
+    """The variant legend as one line of words (a second legend beside the source legend runs off a phone's
+    screen): 'variant: paper ● solid, tuned ■ dashed'."""
+    parts = [
+        f"{v} {SHAPE_SYMBOLS[VARIANT_SHAPES.index(shape)]} {DASH_WORDS[VARIANT_DASHES.index(dash)]}"
+        for v, (dash, shape) in styles.items()
+    ]
+    return "variant: " + ", ".join(parts)
 
 
 # ---- numbers as a reader reads them ---------------------------------------------------------------------------------
