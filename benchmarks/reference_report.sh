@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# Build reference/NAME/report.html from the records in reference/NAME alone (no training, no local records):
+# Rebuild everything generated from a reference study's records (no training, no local records), in one command:
 #   benchmarks/reference_report.sh reference/h200-2026-12-02
+# - reference/NAME/report.html (from the records in reference/NAME alone)
+# - for the README's study (reference/h200-2026-12-02): docs/h200-study-*.png and README.md's headline block
+# - docs/params.md's generated reference (from the params schema)
+# Any number of models: nothing here lists them.
 set -euo pipefail
-DIR=${1%/}; TMP=$(mktemp -d)
+DIR=${1%/}
+README_STUDY=reference/h200-2026-12-02
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 P=(--params params.yaml --params "$DIR/report.yaml")
 gpuscale aggregate "${P[@]}" --reference-only --out "$TMP/tables" --metrics "$TMP/metrics.json"
 gpuscale charts "${P[@]}" --tables "$TMP/tables" --out "$TMP/charts"
 gpuscale report "${P[@]}" --tables "$TMP/tables" --charts "$TMP/charts" --out "$DIR/report.html"
-python3 - "$TMP/charts" docs <<'PY'
+if [ "$DIR" = "$README_STUDY" ]; then
+  python3 - "$TMP/charts" docs <<'PY'
 import json, pathlib, sys
 import vl_convert
+from gpuscale import charts
 for name in ("speedup_vs_parameters", "speedup_vs_flops", "phases", "threads"):
     spec = json.loads((pathlib.Path(sys.argv[1]) / f"{name}.vl.json").read_text())
-    (pathlib.Path(sys.argv[2]) / f"h200-study-{name}.png").write_bytes(vl_convert.vegalite_to_png(spec, scale=1.5))
+    png = vl_convert.vegalite_to_png(charts.fixed_width(spec), scale=1.5)
+    (pathlib.Path(sys.argv[2]) / f"h200-study-{name}.png").write_bytes(png)
 PY
-rm -rf "$TMP"
+  python3 -m gpuscale.docs readme "$TMP/tables"
+fi
+python3 -m gpuscale.docs params

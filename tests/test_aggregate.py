@@ -224,21 +224,6 @@ def test_sampled_runs_get_no_accuracy_parity(tmp_path):
     assert row["cpu_extrapolated"] and not row["gpu_extrapolated"]
 
 
-def test_headline_shows_a_sampled_runs_accuracy_as_such(tmp_path):
-    from gpuscale import report
-
-    cpu = records.make("resnet18", "cpu", [40.0, 40.0], accuracy=0.3125)
-    cpu["timing"]["extrapolated"] = True
-    paths = [
-        records.write(tmp_path / "r", cpu),
-        records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8125)),
-    ]
-    html = report.headline(run(tmp_path, paths)["speedup"])
-    assert "(31.25% after a sampled run)" in html  # the CPU's, labelled
-    assert "81.25%" in html and "(81.25% after" not in html  # the full GPU run's, as it is
-    assert "CPU time extrapolated (sampled protocol)" in html and "GPU time extrapolated" not in html
-
-
 def test_thread_sweep_table_and_fit_from_hand_written_records(tmp_path):
     """T(N) = 2 + 8 / N exactly, so P = 8 / 10; on 8 cores with 2 loader workers, 8 threads oversubscribe."""
     paths = []
@@ -254,19 +239,3 @@ def test_thread_sweep_table_and_fit_from_hand_written_records(tmp_path):
     assert sweeps["oversubscribed"].to_list() == [False, False, False, True]
     fit = out["fits"].filter(pl.col("fit").str.starts_with("CPU threads, simplecnn")).row(0, named=True)
     assert fit["estimate"] == pytest.approx(0.8)
-
-
-def test_headline_puts_the_papers_row_first_within_each_model(tmp_path):
-    """resnet18 as built here has fewer parameters than the paper's, which once sorted the paper's row last."""
-    from gpuscale import report
-
-    paths = [
-        records.write(tmp_path / "r", records.make("resnet18", device, seconds, variant=variant))
-        for variant in ("tuned", "paper")
-        for device, seconds in (("cpu", [40.0, 40.0]), ("cuda", [4.0, 4.0]))
-    ]
-    html = report.headline(run(tmp_path, paths)["speedup"])
-    order = [html.index(">simplecnn<"), html.index(">resnet18<"), html.index(">resnet50<")]
-    assert order == sorted(order)  # the paper's model order
-    group = html[order[1] : order[2]]
-    assert group.index(">paper (as published)<") < group.index(">paper<") < group.index(">tuned<")

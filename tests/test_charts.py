@@ -1,4 +1,5 @@
 import polars as pl
+import pytest
 import records
 
 from gpuscale import aggregate, charts
@@ -23,7 +24,7 @@ def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
         )
     )
     lines = charts._fit_lines(
-        speedup, out["fits"], "train_flops_per_image", "log speedup ~ log training FLOPs per image"
+        speedup, out["fits"], "train_flops_per_image", charts.FIT_FLOPS
     )
     assert not lines.is_empty()
     assert lines["train_flops_per_image"].max() <= max(records.FLOPS.values()) * 1.000001
@@ -36,7 +37,7 @@ def test_too_few_models_draw_no_fit_for_that_source(tmp_path):
     amdahl = str(built["amdahl"].to_dict())
     assert "this host" not in amdahl and "paper: RTX 3050" in amdahl  # the paper's 3 points fit; our 2 do not
     flops = str(built["speedup_vs_flops"].to_dict())
-    assert "no fitted line: fewer than 3 models" in flops
+    assert "no fitted line for this host: fewer than 3" in flops
 
 
 def test_amdahl_markers_are_hollow_where_k_is_undetermined(tmp_path):
@@ -99,3 +100,55 @@ def test_accuracy_chart_still_flags_synthetic_data(tmp_path):
     aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     title = str(charts.build(aggregate.read_tables(tmp_path / "t"), 0.02)["accuracy"].to_dict()["title"])
     assert "SYNTHETIC DATA" in title
+
+
+def test_thread_curve_is_drawn_from_the_fits_it_is_given_not_refitted(tmp_path):
+    paths = []
+    for n in (1, 2, 4, 8):  # T(N) = 2 + 8 / N: aggregation fits P = 0.8
+        rec = records.make("simplecnn", "cpu", [2 + 8 / n])
+        rec["key"]["sweep"] = {"parameter": "threads", "value": n}
+        rec["environment"]["torch_threads"] = n
+        paths.append(records.write(tmp_path / "r", rec))
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    tables = aggregate.read_tables(tmp_path / "t")
+    threads = tables["fits"]["fit"].str.starts_with("CPU threads")
+    # a different fit than the points give (a = 5, P = 0.5, so b = 5): the chart must draw this one
+    tables["fits"] = tables["fits"].with_columns(
+        pl.when(threads).then(pl.lit(0.5)).otherwise(pl.col("estimate")).alias("estimate"),
+        pl.when(threads).then(pl.lit(5.0)).otherwise(pl.col("intercept")).alias("intercept"),
+    )
+    spec = charts.build(tables, 0.02)["threads"].to_dict()
+    line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
+    curve = spec["datasets"][line["data"]["name"]]
+    last = max(curve, key=lambda row: row["value"])
+    assert last["value"] == 8 and last["speedup_vs_baseline"] == pytest.approx((5 + 5) / (5 + 5 / 8))
+    assert last["fit"].startswith("P = 0.500")
+
+
+def test_a_source_keeps_its_colour_and_no_chart_shows_a_column_name(tmp_path):
+    paths = records.study(tmp_path / "runs", SPEEDUPS, CPU)
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    tables = aggregate.read_tables(tmp_path / "t")
+    built = {name: charts.spec(chart) for name, chart in charts.build(tables, 0.02).items()}
+    colours = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("field") == "source" and "scale" in node:
+                scale = node["scale"]
+                colours.update(zip(scale["domain"], scale["range"], strict=True))
+            if "title" in node and isinstance(node["title"], str):
+                assert not any(c in node["title"] for c in ("_seconds", "_accuracy", "train_flops", "speedup_ci")), node
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for spec in built.values():
+        walk(spec)
+    by_source = {}
+    for source, colour in colours:
+        by_source.setdefault(source, set()).add(colour)
+    assert by_source and all(len(c) == 1 for c in by_source.values())
+    assert by_source["this host"] != by_source["paper: RTX 3050 vs i9-14900K"]

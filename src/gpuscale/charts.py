@@ -1,28 +1,39 @@
 """The charts stage: Altair charts from the aggregated Polars tables.
 
-Each chart is saved as a standalone offline HTML page (the Vega libraries inlined) and as SVG.
-A chart whose data do not allow it (too few points for a fit, nothing measured) says so in its
-title and draws no line. Charts built from synthetic data say so in their title.
+Each chart is saved as its Vega-Lite spec (for the report), as SVG, and as a standalone offline HTML page (the Vega
+libraries inlined, every string escaped). One visual language on every chart of a page: a source keeps one colour,
+a device another, a variant its dash and shape (gpuscale.words); axes in the reader's units (SI ticks, ×, %); charts
+fill their container's width. A chart whose data do not allow it says so and draws no line.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import logging
+import math
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import altair as alt
 import numpy as np
 import polars as pl
 
-from gpuscale import aggregate, analysis, fsutil
+from gpuscale import analysis, fsutil, words
+
+# The table contract, for charts, report and docs alike: the one hunk to switch to gpuscale.tables (table names,
+# fit identifiers, read_tables) when it lands.
+from gpuscale.record import PHASES as PHASE_ORDER
+from gpuscale.tables import LOCAL_SOURCE, PAPER_SOURCE, TABLES, Fit, paper_frame, read_tables  # noqa: F401 (for report)
 
 log = logging.getLogger("gpuscale.charts")
 
 CHART_NAMES = (
-    "speedup_vs_parameters",
     "speedup_vs_flops",
-    "amdahl",
+    "speedup_vs_parameters",
     "phases",
+    "amdahl",
     "epoch_seconds",
     "throughput",
     "accuracy",
@@ -30,32 +41,164 @@ CHART_NAMES = (
     "batch",
     "scaling",
 )
-WIDTH, HEIGHT = 520, 320
+FIT_PARAMETERS = Fit.SCALING_PARAMETERS  # fits are found by their fit_id (gpuscale.tables.Fit), never by label text
+FIT_FLOPS = Fit.SCALING_FLOPS
+HEIGHT = 340
+EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width
+TIMES = "format(datum.value, '~g') + '×'"
 
 
-def _suffix(frame: pl.DataFrame) -> str:
+@dataclass(frozen=True)
+class Style:
+    """The page's visual language: one colour per source, one per device kind, a dash and shape per variant."""
+
+    sources: dict[str, str]
+    variants: dict[str, tuple[list[int], str]]
+
+    @classmethod
+    def of(cls, tables: dict) -> Style:
+        sources = {PAPER_SOURCE, *tables["runs"]["source"].to_list(), *tables["speedup"]["source"].to_list()}
+        variants = {"paper", *tables["runs"]["variant"].to_list()}
+        return cls(words.source_colours(sources, PAPER_SOURCE, LOCAL_SOURCE), words.variant_styles(variants))
+
+    def colour(self, present=None, title: str = "source") -> alt.Color:
+        """Colour by source; the legend lists the sources present (given), each in its page-wide colour."""
+        shown = [s for s in self.sources if present is None or s in set(present)] or list(self.sources)
+        return alt.Color(
+            "source:N",
+            title=title,
+            scale=alt.Scale(domain=shown, range=[self.sources[s] for s in shown]),
+            legend=alt.Legend(orient="bottom", direction="vertical"),
+        )
+
+    def key(self, present=None) -> str:
+        """The variants shown, in words with their marker and dash (the charts draw no variant legend)."""
+        return words.variant_key({v: self.variants[v] for v in self._variants(present)})
+
+    def _variants(self, present) -> list[str]:
+        return [v for v in self.variants if present is None or v in set(present)] or list(self.variants)
+
+    def dash(self, present=None) -> alt.StrokeDash:
+        shown = self._variants(present)
+        return alt.StrokeDash(
+            "variant:N",
+            title="variant",
+            scale=alt.Scale(domain=shown, range=[self.variants[v][0] for v in shown]),
+            legend=None,  # in words, in the subtitle (Style.key)
+        )
+
+    def shape(self, present=None) -> alt.Shape:
+        shown = self._variants(present)
+        return alt.Shape(
+            "variant:N",
+            title="variant",
+            scale=alt.Scale(domain=shown, range=[self.variants[v][1] for v in shown]),
+            legend=None,  # in words, in the subtitle (Style.key)
+        )
+
+
+DEVICE_COLOUR = alt.Color(
+    "device_kind:N",
+    title="device",
+    scale=alt.Scale(domain=["CPU", "GPU"], range=[words.DEVICE_COLOURS["cpu"], words.DEVICE_COLOURS["gpu"]]),
+    legend=alt.Legend(orient="bottom"),
+)
+
+
+def _flags(frame: pl.DataFrame) -> list[str]:
     flags = []
     if "synthetic" in frame.columns and frame["synthetic"].fill_null(False).any():
         flags.append("SYNTHETIC DATA: accuracies meaningless")
     if "extrapolated" in frame.columns and frame["extrapolated"].fill_null(False).any():
-        flags.append("includes extrapolated times")
-    return f" [{'; '.join(flags)}]" if flags else ""
+        flags.append("includes extrapolated (sampled) times")
+    return flags
 
 
-def _empty(title: str, message: str) -> alt.Chart:
+TITLE_CHARS, SUBTITLE_CHARS = 32, 48  # what a line of each holds on a phone (390 px) without running off
+
+
+def _title(text: str, subtitle: str | list[str] = "", frame: pl.DataFrame | None = None) -> alt.Title:
+    """A title and its subtitle lines, wrapped so that no line runs off a phone's screen (Vega does not wrap)."""
+    lines = [subtitle] if isinstance(subtitle, str) else list(subtitle)
+    if frame is not None and (flags := _flags(frame)):
+        lines.append("; ".join(flags))
+    wrapped = [part for line in lines if line for part in textwrap.wrap(line, SUBTITLE_CHARS)]
+    title = textwrap.wrap(text, TITLE_CHARS)
+    return alt.Title(title if len(title) > 1 else text, subtitle=wrapped, anchor="start")
+
+
+def _empty(title: alt.Title, message: str) -> alt.Chart:
     return (
         alt.Chart(pl.DataFrame({"message": [message]}))
-        .mark_text(size=14, color="#555")
+        .mark_text(size=14, color="#444")
         .encode(text="message:N")
-        .properties(title=title, width=WIDTH, height=80)
+        .properties(title=title, width="container", height=80, usermeta={"empty": True, "message": message})
+    )
+
+
+def _same_axis(channel: alt.Y, field: str) -> alt.Y:
+    """The same y channel (scale, axis, title) on another field: labels placed apart from their points."""
+    return alt.Y(f"{field}:Q", **{k: v for k, v in channel.to_dict().items() if k not in ("field", "type")})
+
+
+def _mapped(frame: pl.DataFrame, column: str, fn) -> pl.Expr:
+    """A column's values in words (each distinct value mapped once)."""
+    values = [v for v in frame[column].unique().to_list() if v is not None]
+    return pl.col(column).replace_strict({v: fn(v) for v in values}, default=None, return_dtype=pl.String)
+
+
+def _log_domain(values, pad: float = 1.35) -> list[float]:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return [1, 10]
+    return [min(vals) / pad, max(vals) * pad]
+
+
+def _label_positions(points: list[dict], x: str, y: str, xdomain, ydomain, width=700, height=HEIGHT) -> list[tuple]:
+    """(y value, left?) of each point's direct label (log axes), so labels collide less and stay inside the plot:
+    each label takes the first free slot beside, above or below its point, to its left near the right edge, in the
+    pixels of a chart of about this size."""
+    placed, out = [], []
+    lx = [math.log(v) for v in xdomain]
+    ly = [math.log(v) for v in ydomain]
+    per_pixel = (ly[1] - ly[0]) / height
+    for p in points:
+        px = (math.log(p[x]) - lx[0]) / (lx[1] - lx[0] or 1) * width
+        py = height - (math.log(p[y]) - ly[0]) / (ly[1] - ly[0] or 1) * height
+        w = 6.5 * len(str(p["model"]))
+        left = px + 7 + w > width
+        x0 = px - 7 - w if left else px + 7
+        for dy in (0, -13, 13, -26, 26, -39, 39):
+            box = (x0, py + dy - 6, x0 + w, py + dy + 6)
+            if all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed):
+                break
+        placed.append(box)
+        out.append((float(p[y] * math.exp(-dy * per_pixel)), left))
+    return out
+
+
+def _labels(frame: pl.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
+    """Direct labels at label_y: right of their point, or left of it where label_left says so."""
+    base = alt.Chart(frame).encode(x=x, y=_same_axis(y, "label_y"), text="model:N")
+    return [
+        base.transform_filter("!datum.label_left").mark_text(dx=7, align="left", fontSize=11, color="#333"),
+        base.transform_filter("datum.label_left").mark_text(dx=-7, align="right", fontSize=11, color="#333"),
+    ]
+
+
+def _with_labels(frame: pl.DataFrame, x: str, y: str, xdomain, ydomain, height=HEIGHT) -> pl.DataFrame:
+    placed = _label_positions(frame.to_dicts(), x, y, xdomain, ydomain, height=height)
+    return frame.with_columns(
+        pl.Series("label_y", [p[0] for p in placed], dtype=pl.Float64),
+        pl.Series("label_left", [p[1] for p in placed], dtype=pl.Boolean),
     )
 
 
 def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
     rows = []
-    paper = aggregate.paper_frame()
-    for fit in fits.filter((pl.col("fit") == fit_name) & pl.col("ok")).iter_rows(named=True):
-        if fit["source"] == aggregate.PAPER_SOURCE:
+    paper = paper_frame()
+    for fit in fits.filter((pl.col("fit_id") == fit_name) & pl.col("ok")).iter_rows(named=True):
+        if fit["source"] == PAPER_SOURCE:
             sizes = paper[column] if column in paper.columns else None
         else:
             sizes = speedup.filter(
@@ -81,91 +224,157 @@ def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name:
     )
 
 
+def _paper_points(speedup: pl.DataFrame) -> pl.DataFrame:
+    """The paper's three models, with the training FLOPs of our registry's model of the same name."""
+    flops = dict(
+        speedup.filter(pl.col("train_flops_per_image").is_not_null())
+        .select("model", "train_flops_per_image")
+        .unique("model")
+        .iter_rows()
+    )
+    return paper_frame().select(
+        "source",
+        pl.lit("paper").alias("variant"),
+        "model",
+        "parameters",
+        pl.col("model").replace_strict(flops, default=None, return_dtype=pl.Int64).alias("train_flops_per_image"),
+        "speedup",
+        "cpu_epoch_seconds",
+        "gpu_epoch_seconds",
+        pl.lit(None, dtype=pl.Float64).alias("speedup_ci_low"),
+        pl.lit(None, dtype=pl.Float64).alias("speedup_ci_high"),
+    )
+
+
+def r2_by_fit(fits: pl.DataFrame, source: str, variant: str) -> dict[str, float]:
+    return {
+        row["fit_id"]: row["r2"]
+        for row in fits.filter((pl.col("source") == source) & (pl.col("variant") == variant) & pl.col("ok")).iter_rows(
+            named=True
+        )
+    }
+
+
+def verdict(fits: pl.DataFrame, source: str, variant: str, short: bool = False) -> str:
+    """'R² 0.89 against training FLOPs per image, 0.40 against parameters' for one source and variant."""
+    r2 = r2_by_fit(fits, source, variant)
+    if FIT_FLOPS in r2 and FIT_PARAMETERS in r2:
+        if short:
+            return f"R² {r2[FIT_FLOPS]:.2f} against FLOPs, {r2[FIT_PARAMETERS]:.2f} against parameters"
+        return f"R² {r2[FIT_FLOPS]:.2f} against training FLOPs per image, {r2[FIT_PARAMETERS]:.2f} against parameters"
+    return ""
+
+
 def speedup_vs_size(
-    speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str, with_paper: bool
+    speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str, style: Style
 ) -> alt.Chart:
     measured = speedup.filter(pl.col("speedup").is_not_null()).select(
         "source",
         "variant",
         "model",
-        column,
+        "parameters",
+        "train_flops_per_image",
         "speedup",
         "cpu_epoch_seconds",
         "gpu_epoch_seconds",
-        "gpu_name",
         "speedup_ci_low",
         "speedup_ci_high",
     )
-    if with_paper:
-        paper_points = aggregate.paper_frame().select(
-            "source",
-            pl.lit("paper").alias("variant"),
-            "model",
-            column,
-            "speedup",
-            "cpu_epoch_seconds",
-            "gpu_epoch_seconds",
-            pl.lit("NVIDIA GeForce RTX 3050").alias("gpu_name"),
-            pl.lit(None, dtype=pl.Float64).alias("speedup_ci_low"),
-            pl.lit(None, dtype=pl.Float64).alias("speedup_ci_high"),
-        )
-        measured = pl.concat([measured, paper_points], how="vertical_relaxed")
-    title = title + _suffix(speedup)
-    if measured.is_empty():
-        return _empty(title, "No model measured on both CPU and GPU yet: nothing to plot.")
-    x = alt.X(f"{column}:Q", scale=alt.Scale(type="log"), title=axis)
-    y = alt.Y("speedup:Q", scale=alt.Scale(type="log"), title="speedup (CPU seconds / GPU seconds per epoch)")
-    points = (
-        alt.Chart(measured)
-        .mark_point(filled=True, size=90)
-        .encode(
-            x=x,
-            y=y,
-            color=alt.Color("source:N", title="source"),
-            shape=alt.Shape("variant:N"),
-            tooltip=[
-                "source",
-                "variant",
-                "model",
-                alt.Tooltip(f"{column}:Q", format=","),
-                alt.Tooltip("speedup:Q", format=".2f"),
-                alt.Tooltip("cpu_epoch_seconds:Q", format=".2f"),
-                alt.Tooltip("gpu_epoch_seconds:Q", format=".2f"),
-                "gpu_name",
-            ],
-        )
+    measured = pl.concat([measured, _paper_points(speedup)], how="vertical_relaxed").filter(
+        pl.col(column).is_not_null()
     )
-    labels = points.mark_text(dx=8, dy=-8, align="left", fontSize=11).encode(text="model:N")
+    fit_name = FIT_PARAMETERS if column == "parameters" else FIT_FLOPS
+    groups = speedup.select("source", "variant").unique(maintain_order=True)
+    several = groups["source"].n_unique() > 1
+    subtitles = [
+        f"{words.source_short(s) + ', ' if several else ''}{v}: {text}"
+        for (s, v) in groups.iter_rows()
+        if (text := verdict(fits, s, v, short=True))
+    ]
+    lines = _fit_lines(speedup, fits, column, fit_name)
+    unfitted = sorted(
+        {words.source_short(s) for s in speedup.filter(pl.col("speedup").is_not_null())["source"].unique().to_list()}
+        - {words.source_short(s) for s in lines["source"].unique().to_list()}
+    )
+    if unfitted:
+        subtitles.append(f"no fitted line for {', '.join(unfitted)}: fewer than 3 models measured on both devices")
+    subtitles.append(style.key(measured["variant"].unique().to_list()))
+    chart_title = _title(title, subtitles, speedup)
+    if measured.is_empty():
+        return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
+    xdomain = _log_domain(measured[column].to_list(), 1.6)
+    ydomain = _log_domain([*measured["speedup"].to_list(), *measured["speedup_ci_low"].to_list()], 1.3)
+    ydomain[1] = max([ydomain[1], *(v * 1.1 for v in measured["speedup_ci_high"].to_list() if v)])
+    measured = measured.sort(column)
+    present = measured["source"].unique().to_list()
+    variants = measured["variant"].unique().to_list()
+    measured = _with_labels(measured, column, "speedup", xdomain, ydomain).with_columns(
+        _mapped(measured, "source", words.source_short).alias("source_words"),
+    )
+    x = alt.X(
+        f"{column}:Q",
+        scale=alt.Scale(type="log", domain=xdomain, nice=False),
+        axis=alt.Axis(format="~s", grid=False),
+        title=axis,
+    )
+    y = alt.Y(
+        "speedup:Q",
+        scale=alt.Scale(type="log", domain=ydomain, nice=False),
+        axis=alt.Axis(labelExpr=TIMES),
+        title="speedup (CPU time / GPU time)",
+    )
+    tooltip = [
+        alt.Tooltip("source_words:N", title="source"),
+        alt.Tooltip("variant:N", title="variant"),
+        alt.Tooltip("model:N", title="model"),
+        alt.Tooltip(f"{column}:Q", format=".3~s", title=words.column(column)),
+        alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
+        alt.Tooltip("speedup_ci_low:Q", format=".2f", title="95% interval low (×)"),
+        alt.Tooltip("speedup_ci_high:Q", format=".2f", title="95% interval high (×)"),
+        alt.Tooltip("cpu_epoch_seconds:Q", format=".2f", title="CPU seconds per epoch"),
+        alt.Tooltip("gpu_epoch_seconds:Q", format=".2f", title="GPU seconds per epoch"),
+    ]
+    base = alt.Chart(measured)
+    points = base.mark_point(filled=True, size=80, opacity=0.9).encode(
+        x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=tooltip
+    )
+    labels = _labels(measured, x, y)
+    layers = []
+    if not lines.is_empty():
+        layers.append(
+            alt.Chart(lines)
+            .mark_line(strokeWidth=1.5, opacity=0.8)
+            .encode(
+                x=x,
+                y=y,
+                color=style.colour(present),
+                strokeDash=style.dash(variants),
+                tooltip=[
+                    alt.Tooltip("source:N", title="source"),
+                    alt.Tooltip("variant:N", title="variant"),
+                    alt.Tooltip("fit:N", title="power-law fit"),
+                ],
+            )
+        )
     with_interval = measured.filter(pl.col("speedup_ci_low").is_not_null())
     if not with_interval.is_empty():  # 95% bootstrap interval over seeds
-        labels = labels + alt.Chart(with_interval).mark_rule().encode(
-            x=x, y="speedup_ci_low:Q", y2="speedup_ci_high:Q", color="source:N"
+        layers.append(
+            alt.Chart(with_interval)
+            .mark_rule(strokeWidth=1.5)
+            .encode(x=x, y="speedup_ci_low:Q", y2="speedup_ci_high:Q", color=style.colour(present))
         )
-    fit_name = (
-        "log speedup ~ log parameters" if column == "parameters" else "log speedup ~ log training FLOPs per image"
-    )
-    lines = _fit_lines(speedup, fits, column, fit_name)
-    layers = [points, labels]
-    if not lines.is_empty():
-        layers.insert(
-            0,
-            alt.Chart(lines)
-            .mark_line(strokeDash=[5, 3])
-            .encode(x=x, y=y, color="source:N", detail="variant:N", tooltip=["source", "variant", "fit"]),
-        )
-    else:
-        title += " (no fitted line: fewer than 3 models per source)"
-    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
+    layers += [points, *labels]
+    return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
 
 
-def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
+def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
     """S(N) = 1/((1-P) + P/N) per model, P from the fit T_gpu = s + T_cpu/k; measured speedup at N = k P."""
     curves, marks = [], []
-    paper = aggregate.paper_frame()
-    for fit in fits.filter((pl.col("fit").str.starts_with("T_gpu")) & pl.col("ok")).iter_rows(named=True):
+    paper = paper_frame()
+    for fit in fits.filter((pl.col("fit_id") == Fit.AMDAHL) & pl.col("ok")).iter_rows(named=True):
         frame = (
             paper
-            if fit["source"] == aggregate.PAPER_SOURCE
+            if fit["source"] == PAPER_SOURCE
             else speedup.filter(
                 (pl.col("source") == fit["source"])
                 & (pl.col("variant") == fit["variant"])
@@ -174,398 +383,645 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
         )
         s, k = fit["intercept"], fit["estimate"]
         k_known = not analysis.k_undetermined(k, fit["estimate_se"])
-        # one curve per (source, variant, model): each variant has a fit, and so a P, of its own
-        series = f"{fit['source']} / {fit['variant']}"
         for row in frame.iter_rows(named=True):
             p = analysis.parallel_fraction(s, row["cpu_epoch_seconds"])
             if not 0 < p < 1:
                 continue
-            group = f"{series} / {row['model']}"
+            series = f"{fit['source']} / {fit['variant']}"
+            key = {"source": fit["source"], "variant": fit["variant"], "series": series, "model": row["model"], "P": p}
+            group = f"{fit['source']} / {fit['variant']} / {row['model']}"
             for n in np.geomspace(1, 1e4, 60):
-                curves.append(
-                    {
-                        "group": group,
-                        "series": series,
-                        "model": row["model"],
-                        "N": float(n),
-                        "S": float(analysis.amdahl_speedup(p, n)),
-                        "P": p,
-                    }
-                )
+                curves.append({**key, "group": group, "N": float(n), "S": float(analysis.amdahl_speedup(p, n))})
             marks.append(
                 {
+                    **key,
                     "group": group,
-                    "series": series,
-                    "model": row["model"],
                     "N": analysis.effective_units(p, k),
                     "S": row["speedup"],
-                    "P": p,
                     "k_known": k_known,
-                    "position": "N = k · P" if k_known else "k undetermined: N not measured",
+                    "position": "N = k · P" if k_known else "k undetermined: its place along N is not measured",
                 }
             )
-    title = "Amdahl's law: speedup S(N) = 1 / ((1 − P) + P / N), P from T_gpu = s + T_cpu / k" + _suffix(speedup)
+    title = _title(
+        "Amdahl's law per model: S(N) = 1 / ((1 − P) + P / N)",
+        [
+            "P from the fit GPU epoch = s + CPU epoch / k; the marker is the measured speedup at N = k · P",
+            "hollow: the source's k is undetermined; each curve flattens at 1 / (1 − P)",
+            style.key({c["variant"] for c in curves}) if curves else "",
+        ],
+        speedup,
+    )
     if not curves:
         return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
-    x = alt.X("N:Q", scale=alt.Scale(type="log"), title="N, processing units (effective: N = k · P)")
-    y = alt.Y("S:Q", scale=alt.Scale(type="log"), title="speedup S")
+    ydomain = _log_domain([c["S"] for c in curves] + [m["S"] for m in marks], 1.2)
+    present = {c["source"] for c in curves}
+    variants = {c["variant"] for c in curves}
+    x = alt.X(
+        "N:Q",
+        scale=alt.Scale(type="log", domain=[1, 1e4], nice=False),
+        axis=alt.Axis(format="~s"),
+        title="N, effective units (N = k · P)",
+    )
+    y = alt.Y(
+        "S:Q",
+        scale=alt.Scale(type="log", domain=ydomain, nice=False),
+        axis=alt.Axis(labelExpr=TIMES),
+        title="speedup S(N)",
+    )
+    tooltip = [
+        alt.Tooltip("source:N", title="source"),
+        alt.Tooltip("variant:N", title="variant"),
+        alt.Tooltip("model:N", title="model"),
+        alt.Tooltip("P:Q", format=".4f", title="parallel share P"),
+    ]
     line = (
         alt.Chart(pl.DataFrame(curves))
-        .mark_line()
+        .mark_line(strokeWidth=1.2, opacity=0.7)
         .encode(
-            x=x,
-            y=y,
-            color=alt.Color("model:N"),
-            strokeDash=alt.StrokeDash("series:N", title="source / variant"),
-            detail="group:N",
-            tooltip=["series", "model", alt.Tooltip("P:Q", format=".4f")],
+            x=x, y=y, color=style.colour(present), strokeDash=style.dash(variants), detail="group:N", tooltip=tooltip
         )
     )
-    # a hollow marker: its source's k is undetermined, so where it sits along N is not a measurement
     layers = [line]
+    marks_frame = pl.DataFrame(marks).sort("N")
+    xdomain = [1.0, 1e4]
+    clamped = marks_frame.with_columns(pl.col("N").clip(1.0, 1e4))
+    placed = _with_labels(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
+    marks_frame = pl.concat([marks_frame, placed.select("label_y", "label_left")], how="horizontal")
     for filled in (True, False):
-        subset = [m for m in marks if m["k_known"] == filled]
-        if subset:
-            layers.append(
-                alt.Chart(pl.DataFrame(subset))
-                .mark_point(filled=filled, size=110, strokeWidth=2)
-                .encode(
-                    x=x,
-                    y=y,
-                    color="model:N",
-                    shape=alt.Shape("series:N", title="source / variant"),
-                    tooltip=[
-                        "series",
-                        "model",
-                        alt.Tooltip("P:Q", format=".4f"),
-                        alt.Tooltip("N:Q", format=".1f"),
-                        alt.Tooltip("S:Q", format=".2f", title="measured speedup"),
-                        "position",
-                    ],
-                )
+        subset = marks_frame.filter(pl.col("k_known") == filled)
+        if subset.is_empty():
+            continue
+        layers.append(
+            alt.Chart(subset)
+            .mark_point(filled=filled, size=90, strokeWidth=2)
+            .encode(
+                x=x,
+                y=y,
+                color=style.colour(present),
+                shape=style.shape(variants),
+                tooltip=[
+                    *tooltip,
+                    alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
+                    alt.Tooltip("S:Q", format=".2f", title="measured speedup (×)"),
+                    alt.Tooltip("position:N", title="where the marker sits"),
+                ],
             )
-    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
-
-
-def by_device(runs: pl.DataFrame, column: str, title: str, axis: str) -> alt.Chart:
-    measured = runs.filter(
-        (pl.col("status") == "measured") & pl.col(column).is_not_null() & pl.col("sweep_parameter").is_null()
+        )
+    layers += _labels(marks_frame, x, y)
+    return alt.layer(*layers).properties(
+        title=title, width="container", height=HEIGHT + 60, description="Amdahl's law per model"
     )
-    title = title + _suffix(runs)
+
+
+def _model_order(frame: pl.DataFrame) -> list[str]:
+    """Models by training FLOPs per image, the order of every table and axis."""
+    return (
+        frame.sort("train_flops_per_image", "parameters", "model", nulls_last=True)["model"]
+        .unique(maintain_order=True)
+        .to_list()
+    )
+
+
+def _row_label(frame: pl.DataFrame, *parts: str) -> pl.Expr:
+    """model · variant (· source where the page shows several)."""
+    exprs = [pl.col("model")]
+    for part in parts:
+        exprs += [pl.lit(" · "), pl.col(part)]
+    if frame["source"].n_unique() > 1:
+        exprs += [pl.lit(" · "), _mapped(frame, "source", words.source_short)]
+    return pl.concat_str(exprs)
+
+
+def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: str) -> alt.Chart:
+    measured = runs.filter(
+        (pl.col("status") == "measured")
+        & pl.col(column).is_not_null()
+        & pl.col("sweep_parameter").is_null()
+        & (pl.col("world_size") == 1)
+    )
+    chart_title = _title(title, subtitle, runs)
     if measured.is_empty():
-        return _empty(title, "No measured runs yet.")
-    data = measured.select(
-        "source",
-        "model",
-        "device",
-        "variant",
-        "seed",
-        column,
-        "parameters",
-        "host",
-        "gpu_name",
-        "torch_threads",
-        "epochs",
-    ).with_columns((pl.col("source") + " · " + pl.col("variant")).alias("panel"))
-    order = data.sort("parameters")["model"].unique(maintain_order=True).to_list()
+        return _empty(chart_title, "No measured runs yet.")
+    data = (
+        measured.group_by("source", "model", "variant", "device", maintain_order=True)
+        .agg(
+            pl.col(column).median(),
+            pl.col("parameters").first(),
+            pl.col("train_flops_per_image").first(),
+            pl.col("host").first(),
+            pl.len().alias("seeds"),
+        )
+        .with_columns(
+            _mapped(measured, "device", lambda d: words.device_kind(d).upper()).alias("device_kind"),
+            _mapped(measured, "device", words.device).alias("device_words"),
+        )
+    )
+    data = data.with_columns(_row_label(data, "variant").alias("row"))
+    order = (
+        data.sort("train_flops_per_image", "parameters", "model", "variant", "source", nulls_last=True)["row"]
+        .unique(maintain_order=True)
+        .to_list()
+    )
+    fmt = ".3~s" if "images" in column else ".2f"
     return (
         alt.Chart(data)
-        .mark_bar()
+        .mark_point(filled=True, size=70)
         .encode(
-            x=alt.X("model:N", sort=order, title="model (by parameters)"),
-            xOffset="device:N",
-            y=alt.Y(f"median({column}):Q", title=axis),
-            color=alt.Color("device:N"),
-            column=alt.Column("panel:N", title=None),
+            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=170)),
+            x=alt.X(
+                f"{column}:Q",
+                scale=alt.Scale(type="log", domain=_log_domain(data[column].to_list(), 1.3), nice=False),
+                axis=alt.Axis(format="~s"),
+                title=axis,
+            ),
+            color=DEVICE_COLOUR,
             tooltip=[
-                "source",
-                "model",
-                "device",
-                "variant",
-                alt.Tooltip(f"median({column}):Q", format=".2f"),
-                "host",
-                "gpu_name",
-                "torch_threads",
-                "epochs",
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("device_words:N", title="device"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip(f"{column}:Q", format=fmt, title=axis),
+                alt.Tooltip("seeds:Q", title="runs (median over them)"),
+                alt.Tooltip("host:N", title="host"),
             ],
         )
-        .properties(title=title, width=max(160, 60 * len(order)), height=HEIGHT)
+        .properties(title=chart_title, width="container", height=max(120, 18 * len(order)), description=title)
     )
 
 
-def accuracy(speedup: pl.DataFrame, tolerance: float) -> alt.Chart:
+def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart:
     both = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
     # a sampled run trained on a few steps per epoch: its accuracy is no full-run accuracy, so it is not drawn
     data = both.filter(~pl.col("extrapolated"))
-    title = f"Test accuracy, CPU vs GPU (parity tolerance ±{tolerance:.3f})" + _suffix(data)  # synthetic data
+    subtitle = [
+        f"inside the green band the two agree within ±{tolerance * 100:.1f} percentage points",
+        style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+    ]
     if len(both) > len(data):
-        title += f" [{len(both) - len(data)} pair(s) with a sampled run left out]"
+        subtitle.append(f"{len(both) - len(data)} pair(s) with a sampled run left out")
+    title = _title("Test accuracy, CPU against GPU", subtitle, data)
     if data.is_empty():
         return _empty(title, "No model trained in full on both devices yet (sampled runs are not compared).")
     low = float(min(data["cpu_accuracy"].min(), data["gpu_accuracy"].min())) - 0.02
     high = float(max(data["cpu_accuracy"].max(), data["gpu_accuracy"].max())) + 0.02
-    scale = alt.Scale(domain=[max(low, 0), min(high, 1)])
+    scale = alt.Scale(domain=[max(low, 0), min(high, 1)], nice=False)
     band = pl.DataFrame({"cpu_accuracy": [max(low, 0), min(high, 1)]}).with_columns(
         pl.col("cpu_accuracy").alias("gpu_accuracy"),
         (pl.col("cpu_accuracy") - tolerance).alias("lo"),
         (pl.col("cpu_accuracy") + tolerance).alias("hi"),
     )
+    x = alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
+    y = alt.Y("gpu_accuracy:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
     area = (
         alt.Chart(band)
-        .mark_area(opacity=0.15, color="green")
+        .mark_area(opacity=0.15, color="green", clip=True)
         .encode(
-            x=alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format="%")),
-            y=alt.Y("lo:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format="%")),
+            x=x,
+            y=alt.Y("lo:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6)),
             y2="hi:Q",
         )
     )
-    diagonal = alt.Chart(band).mark_line(color="green").encode(x="cpu_accuracy:Q", y="gpu_accuracy:Q")
+    diagonal = alt.Chart(band).mark_line(color="green", clip=True).encode(x=x, y=y)
+    present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
+    frame = data.select(
+        "source", "variant", "model", "cpu_accuracy", "gpu_accuracy", "accuracy_difference", "accuracy_parity"
+    ).with_columns(pl.when(pl.col("accuracy_parity")).then(pl.lit("yes")).otherwise(pl.lit("no")).alias("agrees"))
     points = (
-        alt.Chart(
-            data.select(
-                "source", "variant", "model", "cpu_accuracy", "gpu_accuracy", "accuracy_difference", "accuracy_parity"
-            )
-        )
-        .mark_point(filled=True, size=90)
+        alt.Chart(frame)
+        .mark_point(filled=True, size=80)
         .encode(
-            x="cpu_accuracy:Q",
-            y="gpu_accuracy:Q",
-            color="source:N",
-            shape="accuracy_parity:N",
+            x=x,
+            y=y,
+            color=style.colour(present),
+            shape=style.shape(variants),
             tooltip=[
-                "source",
-                "variant",
-                "model",
-                alt.Tooltip("cpu_accuracy:Q", format=".2%"),
-                alt.Tooltip("gpu_accuracy:Q", format=".2%"),
-                alt.Tooltip("accuracy_difference:Q", format="+.2%"),
-                "accuracy_parity",
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("cpu_accuracy:Q", format=".2%", title="CPU test accuracy"),
+                alt.Tooltip("gpu_accuracy:Q", format=".2%", title="GPU test accuracy"),
+                alt.Tooltip("accuracy_difference:Q", format="+.2%", title="GPU − CPU"),
+                alt.Tooltip("agrees:N", title="within the tolerance"),
             ],
         )
     )
-    labels = points.mark_text(dx=8, dy=-8, align="left").encode(text="model:N")
-    return alt.layer(area, diagonal, points, labels).properties(title=title, width=WIDTH, height=HEIGHT)
+    labels = (
+        alt.Chart(frame)
+        .mark_text(dx=7, dy=-7, align="left", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
+    return alt.layer(area, diagonal, points, labels).properties(
+        title=title, width="container", height=HEIGHT, description="Test accuracy, CPU against GPU"
+    )
 
 
 def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
-    """Each phase's share of a training step (from separate instrumented steps), per model and device.
+    """Each phase's share of a training step (from separate instrumented steps), per model, device and variant.
 
     Shares, not seconds: one study spans epochs of under a second and of many minutes, and on one seconds axis the
     fast runs' bars would vanish. The seconds per steady epoch are in the tooltip."""
-    title = "Where a training step's time goes (share of each phase, from instrumented steps)" + _suffix(runs)
+    title = _title(
+        "Where a training step's time goes",
+        "share of each phase, from instrumented steps after training; the clean timings stay apart",
+        runs,
+    )
     if phase_table.is_empty():
         return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
-    data = phase_table.group_by(["source", "model", "device", "variant", "phase"], maintain_order=True).agg(
-        pl.col("seconds_per_epoch").median(),
-        pl.col("fraction").median(),
-        pl.col("overhead_fraction").median(),
-        pl.col("seconds_per_step").median(),
+    sizes = runs.select("model", "train_flops_per_image", "parameters").unique("model")
+    data = (
+        phase_table.filter(pl.col("sweep_parameter").is_null())
+        .group_by(["source", "model", "device", "variant", "phase"], maintain_order=True)
+        .agg(
+            pl.col("seconds_per_epoch").median(),
+            pl.col("fraction").median(),
+            pl.col("overhead_fraction").median(),
+            pl.col("seconds_per_step").median(),
+        )
+        .join(sizes, on="model", how="left")
     )
-    order = list(aggregate.PHASE_ORDER)
+    order = list(PHASE_ORDER)
     data = data.with_columns(
-        (pl.col("source") + " · " + pl.col("variant")).alias("panel"),
-        (pl.col("model") + " / " + pl.col("device")).alias("run"),
-        pl.col("phase").replace_strict({p: i for i, p in enumerate(order)}).alias("phase_order"),
+        _mapped(data, "device", words.device).alias("device_words"),
+        _mapped(data, "phase", words.phase).alias("phase_words"),
+        pl.col("phase").replace_strict({p: i for i, p in enumerate(order)}, default=99).alias("phase_order"),
+    )
+    data = data.with_columns(_mapped(data, "device", lambda d: words.device_kind(d).upper()).alias("device_kind"))
+    data = data.with_columns(_row_label(data, "device_kind", "variant").alias("row"))
+    rows = (
+        data.sort("train_flops_per_image", "parameters", "model", "variant", "device", "source", nulls_last=True)["row"]
+        .unique(maintain_order=True)
+        .to_list()
     )
     return (
         alt.Chart(data)
         .mark_bar()
         .encode(
-            y=alt.Y("run:N", title="model / device"),
-            x=alt.X(
-                "seconds_per_epoch:Q", title="share of a training step", stack="normalize", axis=alt.Axis(format="%")
+            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=170)),
+            x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
+            color=alt.Color(
+                "phase_words:N",
+                title="phase",
+                sort=[words.phase(p) for p in order],
+                scale=alt.Scale(domain=[words.phase(p) for p in order], range=[words.PHASE_COLOURS[p] for p in order]),
+                legend=alt.Legend(orient="bottom", columns=2),
             ),
-            color=alt.Color("phase:N", sort=order, title="phase"),
             order=alt.Order("phase_order:Q"),
-            row=alt.Row("panel:N", title=None),
             tooltip=[
-                "source",
-                "model",
-                "device",
-                "phase",
-                alt.Tooltip("fraction:Q", format=".1%"),
-                alt.Tooltip("seconds_per_epoch:Q", format=".3f"),
-                alt.Tooltip("seconds_per_step:Q", format=".5f"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("device_words:N", title="device"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("phase_words:N", title="phase"),
+                alt.Tooltip("fraction:Q", format=".1%", title="share of a step"),
+                alt.Tooltip("seconds_per_epoch:Q", format=".3f", title="seconds per steady epoch"),
+                alt.Tooltip("seconds_per_step:Q", format=".5f", title="seconds per step"),
                 alt.Tooltip("overhead_fraction:Q", format=".1%", title="instrumentation overhead"),
             ],
         )
-        .properties(title=title, width=WIDTH, height=alt.Step(22))
-        .resolve_scale(y="independent")
+        .properties(
+            title=title,
+            width="container",
+            height=max(120, 16 * len(rows)),
+            description="Where a training step's time goes",
+        )
     )
 
 
-def threads(sweeps: pl.DataFrame, fits: pl.DataFrame) -> alt.Chart:
-    """CPU speedup against threads, with the Amdahl curve fitted from the same sweep."""
-    data = sweeps.filter(pl.col("parameter") == "threads")
-    title = "CPU thread sweep: speedup over the fewest threads, with Amdahl's law fitted (T = a + b / N)" + _suffix(
-        data
-    )
-    if data.is_empty():
-        return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
+def _thread_curves(data: pl.DataFrame, fits: pl.DataFrame) -> list[dict]:
+    """The fitted T(N) = a + b / N of each thread sweep, from the fits table (P = b / (a + b), so b = a P / (1 − P))."""
     curves = []
-    for (source, model, _variant), frame in data.group_by(["source", "model", "variant"], maintain_order=True):
-        fit = analysis.thread_fit(frame["value"], frame["epoch_seconds"])
-        if not fit["ok"]:
+    given = {
+        (row["source"], row["variant"], row["model"]): row
+        for row in fits.filter((pl.col("fit_id") == Fit.THREADS) & pl.col("ok")).iter_rows(named=True)
+    }
+    for (source, model, variant), frame in data.group_by(["source", "model", "variant"], maintain_order=True):
+        fit = given.get((source, variant, model))
+        if fit is None or fit["intercept"] is None or not 0 < fit["estimate"] < 1:
             continue
-        a, b, n0 = fit["intercept"], fit["slope"], frame["value"].min()
+        a, p = fit["intercept"], fit["estimate"]
+        b = a * p / (1 - p)
+        n0 = frame["value"].min()
         for n in np.geomspace(n0, max(frame["value"].max(), n0 * 2), 40):
             curves.append(
                 {
                     "source": source,
                     "model": model,
+                    "variant": variant,
                     "value": float(n),
                     "speedup_vs_baseline": (a + b / n0) / (a + b / n),
-                    "fit": f"P = {fit['parallel_fraction']:.3f} ± {fit['parallel_fraction_se']:.3f}",
+                    "fit": f"P = {p:.3f} ± {fit['estimate_se']:.3f}",
                 }
             )
-    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), title="CPU threads")
-    y = alt.Y("speedup_vs_baseline:Q", title="speedup over the fewest threads")
+    return curves
+
+
+def _end_labels(frame: pl.DataFrame, x: str, y: str, keys: list[str]) -> pl.DataFrame:
+    """One label per line, at its last point."""
+    return frame.sort(x).group_by(keys, maintain_order=True).last()
+
+
+def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
+    """CPU speedup against threads, with the Amdahl curve of the fits table (fitted once, by aggregation)."""
+    data = sweeps.filter(pl.col("parameter") == "threads")
+    title = _title(
+        "CPU thread sweep: speedup over the fewest threads",
+        [
+            "dashed: Amdahl's law fitted to the same points (epoch = a + b / threads)",
+            "faded: torch threads plus loader workers outnumbered the logical cores",
+            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+        ],
+        data,
+    )
+    if data.is_empty():
+        return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
+    curves = _thread_curves(data, fits)
+    present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
+    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="CPU threads")
+    y = alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads")
     points = (
         alt.Chart(data)
-        .mark_point(filled=True, size=80)
+        .mark_point(filled=True, size=70)
         .encode(
             x=x,
             y=y,
-            color="model:N",
-            shape="source:N",
-            # faded: torch threads + DataLoader workers outnumbered the logical cores, so they competed for them
+            color=style.colour(present),
+            shape=style.shape(variants),
             opacity=alt.condition("datum.oversubscribed", alt.value(0.35), alt.value(1.0)),
             tooltip=[
-                "source",
-                "model",
-                "variant",
-                "value",
-                alt.Tooltip("epoch_seconds:Q", format=".2f"),
-                alt.Tooltip("speedup_vs_baseline:Q", format=".2f"),
-                "oversubscribed",
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("value:Q", title="CPU threads"),
+                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
+                alt.Tooltip("speedup_vs_baseline:Q", format=".2f", title="speedup (×)"),
+                alt.Tooltip("oversubscribed:N", title="threads + workers exceed cores"),
             ],
         )
     )
     layers = [points]
     if curves:
-        layers.append(
+        layers.insert(
+            0,
             alt.Chart(pl.DataFrame(curves))
             .mark_line(strokeDash=[4, 3])
-            .encode(x=x, y=y, color="model:N", detail="source:N", tooltip=["source", "model", "fit"])
+            .encode(
+                x=x,
+                y=y,
+                color=style.colour(present),
+                detail="model:N",
+                tooltip=[alt.Tooltip("model:N", title="model"), alt.Tooltip("fit:N", title="Amdahl fit")],
+            ),
         )
-    else:
-        title += " (no fit: fewer than 3 thread counts)"
-    return alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT)
+    labels = _end_labels(data, "value", "speedup_vs_baseline", ["source", "model", "variant"])
+    layers.append(
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
+    return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description="CPU thread sweep")
 
 
-def batch(sweeps: pl.DataFrame) -> alt.Chart:
+def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
     data = sweeps.filter(pl.col("parameter") == "batch")
-    title = "GPU batch-size sweep: training images per second" + _suffix(data)
+    title = _title(
+        "GPU batch-size sweep: training images per second",
+        [
+            "where a line flattens, the GPU (or its input pipeline) is saturated",
+            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+        ],
+        data,
+    )
     if data.is_empty():
         return _empty(title, "No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).")
-    return (
+    present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
+    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="batch size")
+    y = alt.Y(
+        "images_per_second:Q",
+        scale=alt.Scale(type="log", domain=_log_domain(data["images_per_second"].to_list(), 1.3), nice=False),
+        axis=alt.Axis(format="~s"),
+        title="images per second (training)",
+    )
+    lines = (
         alt.Chart(data)
         .mark_line(point=True)
         .encode(
-            x=alt.X("value:Q", scale=alt.Scale(type="log", base=2), title="batch size"),
-            y=alt.Y("images_per_second:Q", title="images per second (training)"),
-            color="model:N",
-            strokeDash="source:N",
+            x=x,
+            y=y,
+            color=style.colour(present),
+            strokeDash=style.dash(variants),
+            detail="model:N",
             tooltip=[
-                "source",
-                "model",
-                "device",
-                "variant",
-                "value",
-                alt.Tooltip("images_per_second:Q", format=",.0f"),
-                alt.Tooltip("epoch_seconds:Q", format=".2f"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("value:Q", title="batch size"),
+                alt.Tooltip("images_per_second:Q", format=",.0f", title="images per second"),
+                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
             ],
         )
-        .properties(title=title, width=WIDTH, height=HEIGHT)
+    )
+    labels = _end_labels(data, "value", "images_per_second", ["source", "model", "variant"])
+    text = (
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
+    return alt.layer(lines, text).properties(
+        title=title, width="container", height=HEIGHT, description="GPU batch-size sweep"
     )
 
 
-def scaling(table: pl.DataFrame) -> alt.Chart:
+def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
     """Data-parallel speedup against the number of processes (GPUs), with the ideal line speedup = N."""
-    title = "Data-parallel scaling: speedup over one device (steady epoch)" + _suffix(table)
+    title = _title(
+        "Data-parallel scaling: speedup over one device",
+        [
+            "steady epochs; dashed grey: perfect scaling",
+            style.key(table["variant"].unique().to_list()) if not table.is_empty() else "",
+        ],
+        table,
+    )
     data = table.filter(pl.col("speedup").is_not_null())
     if data.is_empty():
         return _empty(title, "No data-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
     counts = sorted({1, *data["world_size"].to_list()})
+    present = data["source"].unique().to_list()
+    variants = data["variant"].unique().to_list()
+    x = alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)]))
+    y = alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES))
     ideal = (
         alt.Chart(pl.DataFrame({"world_size": counts, "speedup": [float(n) for n in counts]}))
-        .mark_line(strokeDash=[4, 4], color="gray")
-        .encode(x="world_size:Q", y="speedup:Q")
+        .mark_line(strokeDash=[4, 4], color="#767676")
+        .encode(x=x, y=y)
     )
     points = (
         alt.Chart(data)
         .mark_line(point=True)
         .encode(
-            x=alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)])),
-            y=alt.Y("speedup:Q", title="speedup over one device"),
-            color="model:N",
-            strokeDash="source:N",
-            shape="base_device:N",
+            x=x,
+            y=y,
+            color=style.colour(present),
+            strokeDash=style.dash(variants),
+            detail="model:N",
             tooltip=[
-                "source",
-                "model",
-                "variant",
-                "device",
-                "global_batch_size",
-                alt.Tooltip("speedup:Q", format=".2f"),
-                alt.Tooltip("efficiency:Q", format=".0%"),
-                alt.Tooltip("epoch_seconds:Q", format=".2f"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("model:N", title="model"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("device:N", title="device"),
+                alt.Tooltip("global_batch_size:Q", title="global batch size"),
+                alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
+                alt.Tooltip("efficiency:Q", format=".0%", title="efficiency"),
+                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
             ],
         )
     )
-    return (ideal + points).properties(title=title, width=WIDTH, height=HEIGHT)
+    labels = _end_labels(data, "world_size", "speedup", ["source", "model", "variant"])
+    text = (
+        alt.Chart(labels)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
+    return alt.layer(ideal, points, text).properties(
+        title=title, width="container", height=HEIGHT, description="Data-parallel scaling"
+    )
 
 
 def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
-    return {
-        "speedup_vs_parameters": speedup_vs_size(
-            speedup, fits, "parameters", "GPU speedup vs parameters (log-log)", "parameters", with_paper=True
-        ),
+    style = Style.of(tables)
+    built = {
         "speedup_vs_flops": speedup_vs_size(
             speedup,
             fits,
             "train_flops_per_image",
-            "GPU speedup vs training FLOPs per image (log-log)",
-            "training FLOPs per image (forward + backward)",
-            with_paper=False,
+            "Speedup vs training FLOPs per image",
+            "training FLOPs per image",
+            style,
         ),
-        "amdahl": amdahl(speedup, fits),
+        "speedup_vs_parameters": speedup_vs_size(
+            speedup, fits, "parameters", "Speedup vs parameters", "parameters", style
+        ),
         "phases": phases(tables["phases"], runs),
+        "amdahl": amdahl(speedup, fits, style),
         "epoch_seconds": by_device(
             runs,
             "epoch_seconds_mean",
-            "Seconds per training epoch by model and device",
-            "seconds per epoch (mean over epochs, median over seeds)",
+            "Seconds per training epoch",
+            "seconds per epoch",
+            "mean over epochs, median over runs; evaluation excluded; log scale",
         ),
         "throughput": by_device(
-            runs, "train_images_per_second", "Training throughput by model and device", "images per second (training)"
+            runs,
+            "train_images_per_second",
+            "Training throughput",
+            "images per second",
+            "training, whole run, first epoch included; log scale",
         ),
-        "accuracy": accuracy(speedup, tolerance),
-        "threads": threads(tables["sweeps"], fits),
-        "batch": batch(tables["sweeps"]),
-        "scaling": scaling(tables["scaling"]),
+        "accuracy": accuracy(speedup, tolerance, style),
+        "threads": threads(tables["sweeps"], fits, style),
+        "batch": batch(tables["sweeps"], style),
+        "scaling": scaling(tables["scaling"], style),
     }
+    return {name: built[name] for name in CHART_NAMES}
+
+
+THEME = {
+    "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
+    "autosize": {"type": "fit-x", "contains": "padding"},
+    "axis": {"labelFontSize": 12, "titleFontSize": 12, "labelColor": "#333", "titleColor": "#222"},
+    "axisX": {"labelFlush": True, "labelOverlap": True},
+    "legend": {"labelFontSize": 12, "titleFontSize": 12, "labelLimit": 360, "titleLimit": 360, "labelColor": "#333"},
+    "title": {"fontSize": 15, "subtitleFontSize": 12, "subtitleColor": "#444", "color": "#222"},
+    "text": {"fontSize": 11},
+    "view": {"stroke": "#ddd"},
+}
+
+
+def spec(chart: alt.Chart) -> dict:
+    """The chart's Vega-Lite spec with the page's theme."""
+    out = chart.to_dict()
+    out["config"] = {**THEME, **out.get("config", {})}
+    out["autosize"] = THEME["autosize"]
+    return out
+
+
+def fixed_width(vl: dict, width: int = EXPORT_WIDTH) -> dict:
+    """A spec for a file with no container (SVG, PNG): the container width replaced by a fixed one."""
+    out = json.loads(json.dumps(vl))
+    if out.get("width") == "container":
+        out["width"] = width
+    out["autosize"] = {"type": "pad"}
+    return out
+
+
+def script_json(value) -> str:
+    """JSON safe inside <script type="application/json">: no '<' can close the element or open a comment, no '&'
+    starts an entity, and U+2028/U+2029 (line breaks to older JavaScript) are escaped too."""
+    return (
+        json.dumps(value, ensure_ascii=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>body {{ font-family: system-ui, sans-serif; margin: 1rem auto; max-width: 1100px; padding: 0 1rem; }}
+#chart {{ width: 100%; }}</style>
+</head>
+<body>
+<figure><div id="chart" role="img" aria-label="{title}"></div><figcaption>{title}</figcaption></figure>
+<noscript>This chart needs JavaScript; its SVG file sits beside this page.</noscript>
+<script type="application/json" id="spec">{spec}</script>
+<script>{bundle}</script>
+<script>
+vegaEmbed("#chart", JSON.parse(document.getElementById("spec").textContent),
+  {{actions: {{export: true, source: false, compiled: false, editor: false}}, renderer: "svg"}});
+</script>
+</body>
+</html>
+"""
+
+
+def page(vl: dict, title: str, bundle: str) -> str:
+    """A standalone offline page for one chart: every string escaped (the title as HTML, the spec as script JSON)."""
+    return PAGE.format(title=html.escape(title), spec=script_json(vl), bundle=bundle.replace("</script", "<\\/script"))
+
+
+def chart_title(vl: dict) -> str:
+    title = vl.get("title", "")
+    text = title.get("text", "") if isinstance(title, dict) else title
+    return " ".join(text) if isinstance(text, list) else str(text)
 
 
 def save(charts: dict[str, alt.Chart], out_dir: Path) -> list[Path]:
     """<name>.html (standalone, offline), <name>.svg (slides, papers), <name>.vl.json (the spec, for the report)."""
+    import vl_convert
+
     out_dir = Path(out_dir)
+    bundle = vl_convert.javascript_bundle()
     written = []
     for name, chart in charts.items():
-        chart = chart.configure_legend(labelLimit=360, titleLimit=360)
-        fsutil.write_text(out_dir / f"{name}.vl.json", chart.to_json(indent=None) + "\n")
-        written.append(out_dir / f"{name}.vl.json")
-        for fmt in ("html", "svg"):
-            path = out_dir / f"{name}.{fmt}"
-            with fsutil.atomic_path(path, suffix=f".{fmt}") as tmp:
-                chart.save(str(tmp), format=fmt, **({"inline": True} if fmt == "html" else {}))
-            written.append(path)
+        vl = spec(chart)
+        fsutil.write_text(out_dir / f"{name}.vl.json", json.dumps(vl) + "\n")
+        fsutil.write_text(out_dir / f"{name}.svg", vl_convert.vegalite_to_svg(fixed_width(vl)))
+        fsutil.write_text(out_dir / f"{name}.html", page(vl, chart_title(vl), bundle))
+        written += [out_dir / f"{name}.{ext}" for ext in ("vl.json", "svg", "html")]
     return written
 
 
 def run(tables_dir: Path, out_dir: Path, tolerance: float) -> list[Path]:
-    charts = build(aggregate.read_tables(tables_dir), tolerance)
+    charts = build(read_tables(tables_dir), tolerance)
     written = save(charts, out_dir)
     log.info("wrote %d charts -> %s", len(charts), out_dir)
     return written

@@ -1,8 +1,10 @@
 """The report stage: one self-contained HTML page (reports/index.html) that works offline.
 
-The Vega libraries are inlined once (vl-convert's bundle); each chart is its Vega-Lite spec from the
-charts stage; tables come from great_tables; everything else goes through a Jinja2 template with
-autoescaping, so text from params, records or file names cannot inject markup.
+It answers first (key results, computed from the tables), then explains (charts, the headline table, why), then
+proves (checks, every run, environment, provenance; collapsed). The Vega libraries are inlined once; each chart is
+its Vega-Lite spec from the charts stage; every table is drawn by one template macro with its words from
+gpuscale.words and can be downloaded as CSV built in the page. Everything goes through Jinja2 with autoescaping and
+embedded JSON through charts.script_json, so text from params, records or file names cannot inject markup.
 """
 
 from __future__ import annotations
@@ -10,207 +12,546 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
+import os
 from pathlib import Path
 
 import jinja2
 import polars as pl
-from great_tables import GT, loc, style
+from markupsafe import Markup
 
-from gpuscale import aggregate, charts, fsutil, paper
+from gpuscale import charts, fsutil, paper, words
+from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
 
 DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
 
+HEADLINE_DEFINITION = (
+    "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
+    "timed it and as a user waits; the steady speedup (first epoch left out) is shown where it differs by a quarter."
+)
+STEADY_DIFFERS = 1.25  # show the steady speedup where it differs from the whole-run one by this factor or more
+
 CHART_HELP = {
-    "speedup_vs_parameters": "Each point is one model: CPU seconds per epoch over GPU seconds per epoch, against its "
-    "parameter count, both axes logarithmic; a vertical bar is the 95% bootstrap interval over seeds, where a model "
-    "has several. A straight dashed line is a power law fitted per source; its slope is "
-    "the exponent. The paper's three points are shown for comparison.",
+    "speedup_vs_parameters": "Each point is one model: CPU time over GPU time, against its parameter count, both axes "
+    "logarithmic; a vertical bar is the 95% bootstrap interval over seeds. A line is a power law fitted per source "
+    "and variant (solid: paper variant, dashed: tuned); the paper's three models are grey.",
     "speedup_vs_flops": "The same speedups against the compute one training image needs (forward + backward FLOPs). "
-    "If speedup is driven by work per image rather than by parameter count, these points lie closer to their line.",
-    "amdahl": "Amdahl's law with P estimated from the fit T_gpu = s + T_cpu / k across models (s: seconds per epoch "
-    "the GPU does not accelerate, k: how much faster it runs the rest). Each curve is one model's S(N); the marker "
-    "is its measured speedup, placed at N = k·P; a hollow marker means its source's k is undetermined (see the fits "
-    "table), so its place along N is not a measurement. Curves flatten at 1/(1−P): the serial share caps the speedup.",
-    "phases": "Where a training step's time goes: each bar splits one run's step into waiting for data (the "
-    "loader), the host-to-device copy, forward, backward and the optimizer step, as shares. They come from separate "
-    "instrumented steps after training (CUDA events on the GPU), so the headline times stay clean; the tooltip gives "
-    "each phase's seconds per steady epoch (share × steady epoch time) and the instrumentation's own overhead. "
-    "This is where the paper's claim that data transfer is 30-40% of the small CNN's GPU time can be checked: "
-    "compare data wait with host-to-device copy.",
-    "threads": "CPU thread sweep: each point is one run with N threads, its steady epoch time against the run with "
-    "the fewest threads. The dashed curve is Amdahl's law fitted to the same points (T = a + b / N, P = b / (a + b)): "
-    "a measured parallel fraction with a real N, where the GPU chart above can only infer one. A faded point is "
-    "a run whose torch threads plus DataLoader workers outnumbered the logical cores: there the loader and the "
-    "compute threads competed for cores, which Amdahl's law does not model (the fit still uses the point).",
-    "batch": "GPU batch-size sweep: training images per second against batch size. Where the curve flattens the "
-    "GPU (or the input pipeline feeding it) is saturated.",
-    "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), by model and device, median over seeds.",
-    "throughput": "Training images per second by model and device.",
-    "scaling": "Data-parallel runs (cuda-ddpN: N GPUs; cpu-ddpN: N CPU processes) against one device of the same kind: "
-    "steady-epoch speedup against the number of processes; the dashed line is perfect scaling. Each "
-    "process takes train.batch_size (distributed_batch: per_process), so the global batch grows with N.",
+    "The closer the points lie to their line, the better this size predicts the speedup: compare the R² in the "
+    "subtitle with the parameters chart.",
+    "amdahl": "Amdahl's law with P estimated from the fit GPU epoch = s + CPU epoch / k across models (s: seconds per "
+    "epoch the GPU does not accelerate, k: how much faster it runs the rest). Each curve is one model's S(N); the "
+    "marker is its measured speedup, placed at N = k·P; hollow where the source's k is undetermined (see the fits), "
+    "so its place along N is not a measurement. Curves flatten at 1/(1−P): the serial share caps the speedup.",
+    "phases": "Each bar splits one run's training step into waiting for data (the loader), the host-to-device copy, "
+    "forward, backward and the optimizer step, as shares, from instrumented steps after training (CUDA events on "
+    "the GPU), so the headline times stay clean. The tooltip gives each phase's seconds per steady epoch. The "
+    "paper's claim that data transfer is 30-40% of the small CNN's GPU time is checked here.",
+    "threads": "CPU thread sweep: each point is one run with N threads, its steady epoch against the run with the "
+    "fewest threads. The dashed curve is Amdahl's law fitted by the aggregation stage to the same points (epoch = "
+    "a + b / N, P = b / (a + b)): a measured parallel share with a real N. A faded point is a run whose torch threads "
+    "plus loader workers outnumbered the logical cores (the fit still uses it).",
+    "batch": "GPU batch-size sweep: training images per second against batch size. Where a line flattens the GPU "
+    "(or the input pipeline feeding it) is saturated.",
+    "epoch_seconds": "Mean seconds per training epoch (evaluation excluded), median over seeds, one row per model and "
+    "variant, coloured by device; the gap between a row's two points is its speedup.",
+    "throughput": "Training images per second over the whole run, by model, variant and device.",
+    "scaling": "Data-parallel runs (cuda-ddpN: N GPUs; cpu-ddpN: N CPU processes) against one device of the same "
+    "kind: steady-epoch speedup against the number of processes; the dashed line is perfect scaling. Each process "
+    "takes the configured batch size, so the global batch grows with N.",
     "accuracy": "Final test accuracy on the CPU against the GPU, per model. Points inside the green band agree "
-    "within the tolerance (report.accuracy_tolerance); the diagonal is perfect agreement.",
+    "within the tolerance (report.accuracy_tolerance); the diagonal is perfect agreement. Sampled runs are left out.",
+}
+SECTIONS = {  # chart -> the section it belongs to, in the order answer -> explain -> prove
+    "speedup_vs_flops": "speedup",
+    "speedup_vs_parameters": "speedup",
+    "phases": "why",
+    "amdahl": "why",
+    "epoch_seconds": "usage",
+    "throughput": "usage",
+    "threads": "sweeps",
+    "batch": "sweeps",
+    "scaling": "sweeps",
+    "accuracy": "checks",
 }
 
 
-def _fmt_seconds(value) -> str:
-    return "—" if value is None else f"{value:,.2f}"
+# ---- cells ------------------------------------------------------------------------------------------------------
+def _cell(column: str, value) -> str:
+    """One table cell as a reader reads it: words for identifiers, units for numbers."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if column == "source":
+        return words.source_short(value)
+    if column in ("device", "base_device", "gpu_device"):
+        return words.device(value)
+    if column == "phase":
+        return words.phase(value)
+    if column == "fit":
+        return words.fit(value)
+    if isinstance(value, float):
+        if column in ("speedup", "steady_speedup", "gain", "steady_gain") or column.startswith("speedup"):
+            return f"{value:.2f}×"
+        if "accuracy" in column:
+            return words.percent(value, 2, sign=column == "accuracy_difference")
+        if "error" in column:
+            return words.percent(value, 1, sign=True)
+        if column in ("fraction", "efficiency", "overhead_fraction", "phase_overhead_fraction"):
+            return words.percent(value, 1)
+        if column == "r2":
+            return f"{value:.2f}"
+        if "seconds" in column or column in ("estimate", "estimate_se", "intercept", "intercept_se"):
+            return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}"
+        if "per_second" in column or "joule" in column:
+            return f"{value:,.0f}"
+        return f"{value:,.4g}"
+    if isinstance(value, int):
+        return f"{value:,}" if column not in ("seed", "sweep_value", "value") else str(value)
+    return str(value)
 
 
-def _interval(row: dict) -> str:
-    if row.get("speedup_ci_low") is None:
-        return "one seed per device" if row["speedup"] is not None else ""
-    return f"{row['speedup_ci_low']:.2f}–{row['speedup_ci_high']:.2f}×"
-
-
-def _accuracy(value: float | None, sampled: bool = False) -> str | None:
-    """Final test accuracy as shown in the headline; a sampled run trained on a few steps per epoch, so its
-    accuracy is no 10-epoch accuracy and is shown as such, not beside a full run's as if comparable."""
-    if value is None:
-        return None
-    return f"({value:.2%} after a sampled run)" if sampled else f"{value:.2%}"
-
-
-def headline(speedup: pl.DataFrame) -> str:
-    """Speedup per model: the paper beside every measured source/variant."""
+def table(
+    name: str,
+    caption: str,
+    frame: pl.DataFrame,
+    columns: list[str] | None = None,
+    links: dict[str, list[str | None]] | None = None,
+) -> dict:
+    """A table for the template: caption, header words, formatted cells, the CSV of the whole frame."""
+    columns = columns or frame.columns
     rows = []
+    for i, row in enumerate(frame.select(columns).iter_rows(named=True)):
+        cells = []
+        for c in columns:
+            href = (links or {}).get(c, [None] * frame.height)[i]
+            cells.append({"text": _cell(c, row[c]), "href": href})
+        rows.append(cells)
+    return {
+        "name": name,
+        "caption": caption,
+        "header": [words.column(c) for c in columns],
+        "rows": rows,
+        "csv": frame.write_csv(),
+    }
+
+
+# ---- key results --------------------------------------------------------------------------------------------------
+def _measured_sources(speedup: pl.DataFrame) -> list[str]:
+    """Sources in the page's order: this host first, then reference folders."""
+    found = speedup["source"].unique().to_list()
+    return sorted(found, key=lambda s: (s != LOCAL_SOURCE, s))
+
+
+def _variants(frame: pl.DataFrame) -> list[str]:
+    return sorted(frame["variant"].unique().to_list(), key=lambda v: (v != "paper", v))
+
+
+def _by_flops(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort("train_flops_per_image", "parameters", "model", nulls_last=True)
+
+
+def _chip(row: dict) -> dict:
+    """One model's headline speedup: whole run, its interval, and the steady one where that differs."""
+    if row["speedup"] is None:
+        reason = "no GPU record" if row["gpu_seconds"] is None else "no CPU record"
+        return {"model": row["model"], "value": "—", "detail": reason}
+    detail = []
+    if row["speedup_ci_low"] is not None:
+        detail.append(f"[{row['speedup_ci_low']:.1f}–{row['speedup_ci_high']:.1f}]")
+    steady = row["steady_speedup"]
+    if steady and max(steady, row["speedup"]) / min(steady, row["speedup"]) >= STEADY_DIFFERS:
+        detail.append(f"steady {words.times(steady)}")
+    if row["extrapolated"]:
+        detail.append("sampled*")
+    return {"model": row["model"], "value": words.times(row["speedup"]), "detail": " ".join(detail)}
+
+
+def _images(runs: pl.DataFrame, source: str, model: str) -> int | None:
+    found = runs.filter((pl.col("source") == source) & (pl.col("model") == model) & (pl.col("status") == "measured"))
+    return found["train_images"].max() if not found.is_empty() else None
+
+
+def paper_comparison(speedup: pl.DataFrame, runs: pl.DataFrame, source: str, variant: str) -> list[str]:
+    """The paper's models: our speedup against the paper's, inside or outside our interval, and where the gap lies
+    (each side's training FLOP/s, from the FLOPs per image, the images per epoch and the seconds per epoch)."""
+    out = []
+    ours = {
+        r["model"]: r for r in speedup.filter((pl.col("source") == source) & (pl.col("variant") == variant)).to_dicts()
+    }
     for p in paper.ROWS:
-        rows.append(
-            {
-                "model": p["model"],
-                "source": aggregate.PAPER_SOURCE,
-                "variant": "paper (as published)",
-                "parameters": p["parameters"],
-                "cpu s/epoch": p["cpu_seconds"] / paper.EPOCHS,
-                "gpu s/epoch": p["gpu_seconds"] / paper.EPOCHS,
-                "speedup": p["speedup"],
-                "95% interval": "",
-                "steady speedup": None,
-                "cpu accuracy": _accuracy(p["cpu_accuracy"]),
-                "gpu accuracy": _accuracy(p["gpu_accuracy"]),
-                "note": "",
-            }
-        )
-    for r in speedup.iter_rows(named=True):
-        note = []
-        if r["gpu_seconds"] is None:
-            note.append(f"GPU not measured: {r['gpu_not_measured_reason'] or 'no GPU record'}")
-        if r["cpu_seconds"] is None:
-            note.append("CPU not measured")
-        if r["synthetic"]:
-            note.append("synthetic data")
-        sampled = [device for device in ("cpu", "gpu") if r[f"{device}_extrapolated"]]
-        if sampled:
-            note.append(f"{' and '.join(d.upper() for d in sampled)} time extrapolated (sampled protocol)")
-        if r["protocol_mismatch"]:
-            note.append("CPU and GPU runs differ in epochs or data size")
-        if r["gpu_name"]:
-            note.insert(0, r["gpu_name"])
-        rows.append(
-            {
-                "model": r["model"],
-                "source": r["source"],
-                "variant": r["variant"],
-                "parameters": r["parameters"],
-                "cpu s/epoch": r["cpu_epoch_seconds"],
-                "gpu s/epoch": r["gpu_epoch_seconds"],
-                "speedup": r["speedup"],
-                "95% interval": _interval(r),
-                "steady speedup": r["steady_speedup"],
-                "cpu accuracy": _accuracy(r["cpu_accuracy"], r["cpu_extrapolated"]),
-                "gpu accuracy": _accuracy(r["gpu_accuracy"], r["gpu_extrapolated"]),
-                "note": "; ".join(note),
-            }
-        )
-    order = {m["model"]: i for i, m in enumerate(paper.ROWS)}
-    # models: the paper's in its order, then the rest by size; within a model, the paper's row first
-    frame = (
-        pl.DataFrame(rows, infer_schema_length=None)
-        .with_columns(
-            pl.col("model").replace_strict(order, default=99).alias("_order"),
-            pl.col("parameters").min().over("model").alias("_size"),
-            (pl.col("source") != aggregate.PAPER_SOURCE).alias("_measured"),
-        )
-        .sort(["_order", "_size", "model", "_measured", "source", "variant"])
-        .drop("_order", "_size", "_measured")
-    )
-    table = (
-        GT(frame, groupname_col="model")
-        .fmt_integer(columns="parameters")
-        .fmt_number(columns=["cpu s/epoch", "gpu s/epoch"], decimals=2)
-        .fmt_number(columns=["speedup", "steady speedup"], decimals=2, pattern="{x}×")
-        .sub_missing(columns="steady speedup", missing_text="n/a (needs 2+ epochs on both)")
-        .sub_missing(missing_text="not measured")
-        .tab_style(style.text(weight="bold"), loc.body(columns="speedup"))
-    )
-    return table.as_raw_html()
+        r = ours.get(p["model"])
+        if not r or r["speedup"] is None:
+            continue
+        low, high = r["speedup_ci_low"], r["speedup_ci_high"]
+        ratio = r["speedup"] / p["speedup"]
+        if low is not None:
+            inside = low <= p["speedup"] <= high
+            where = (
+                "inside this study's interval"
+                if inside
+                else f"outside this study's interval [{low:.1f}–{high:.1f}]: {ratio:.2f} times the paper's"
+            )
+        else:
+            inside = abs(math.log(ratio)) < math.log(1.1)
+            where = f"{ratio:.2f} times the paper's (one run per device, no interval)"
+        line = f"{p['model']}: {words.times(r['speedup'])} against the paper's {words.times(p['speedup'])}, {where}"
+        images = _images(runs, source, p["model"])
+        if not inside and images and r["train_flops_per_image"]:
+            flops = r["train_flops_per_image"]
+            cpu, gpu = flops * images / r["cpu_epoch_seconds"], flops * images / r["gpu_epoch_seconds"]
+            # the paper trained the 50,000 CIFAR-10 images per epoch
+            paper_cpu = flops * 50_000 / (p["cpu_seconds"] / paper.EPOCHS)
+            paper_gpu = flops * 50_000 / (p["gpu_seconds"] / paper.EPOCHS)
+            side = "CPU" if abs(math.log(cpu / paper_cpu)) > abs(math.log(gpu / paper_gpu)) else "GPU"
+            line += (
+                f". Training rate: this CPU {words.si(cpu, 'FLOP/s')}, the paper's {words.si(paper_cpu, 'FLOP/s')}; "
+                f"this GPU {words.si(gpu, 'FLOP/s')}, the paper's {words.si(paper_gpu, 'FLOP/s')}: most of the gap is "
+                f"on the {side} side"
+            )
+        out.append(line + ".")
+    return out
 
 
-def runs_table(runs: pl.DataFrame) -> str:
-    columns = [
-        "source",
-        "model",
-        "device",
-        "variant",
-        "seed",
-        "status",
-        "epochs",
-        "batch_size",
-        "train_images",
-        "total_train_seconds",
-        "warmup_epoch_seconds",
-        "steady_epoch_seconds_median",
-        "train_images_per_second",
-        "final_test_accuracy",
-        "torch_threads",
-        "data_source",
-        "synthetic",
-        "label",
+def data_wait(phases: pl.DataFrame, speedup: pl.DataFrame, source: str, variant: str) -> str | None:
+    """The main 'why': the share of the smallest and the largest model's GPU step spent waiting for data."""
+    gpu = phases.filter(
+        (pl.col("source") == source)
+        & (pl.col("variant") == variant)
+        & (pl.col("device") != "cpu")
+        & pl.col("sweep_parameter").is_null()
+    )
+    if gpu.is_empty():
+        return None
+    shares = (
+        gpu.group_by("model", "phase")
+        .agg(pl.col("fraction").median())
+        .pivot(on="phase", index="model", values="fraction")
+        .join(speedup.select("model", "train_flops_per_image").unique("model"), on="model", how="left")
+    )
+    shares = _by_flops(shares.with_columns(pl.lit(0).alias("parameters")))
+    if "data_wait" not in shares.columns:
+        return None
+    small, large = shares.row(0, named=True), shares.row(-1, named=True)
+    text = (
+        f"On the GPU, {small['model']} (the least compute per image) spends {words.percent(small['data_wait'], 0)} of "
+        f"a training step waiting for data"
+    )
+    if "host_to_device" in shares.columns and small.get("host_to_device") is not None:
+        text += f" and {words.percent(small['host_to_device'], 0)} copying it to the device"
+    if large["model"] != small["model"]:
+        text += f"; {large['model']} (the most) {words.percent(large['data_wait'], 0)}"
+    return text + ": a small model leaves the GPU waiting on the input pipeline, so it gains little."
+
+
+def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str]:
+    """For a user with records of their own: this host's CPU (and GPU) against each reference study's."""
+    measured = runs.filter(
+        (pl.col("status") == "measured") & pl.col("sweep_parameter").is_null() & (pl.col("world_size") == 1)
+    )
+    local = measured.filter(pl.col("source") == LOCAL_SOURCE)
+    references = sorted(s for s in measured["source"].unique().to_list() if s not in (LOCAL_SOURCE, PAPER_SOURCE))
+    if local.is_empty() or not references:
+        return []
+    rate = (
+        measured.with_columns((pl.col("device") == "cpu").alias("is_cpu"))
+        .group_by("source", "model", "variant", "is_cpu")
+        .agg(pl.col("train_images_per_second").median())
+    )
+
+    def images_per_second(source, model, variant, cpu):
+        found = rate.filter(
+            (pl.col("source") == source)
+            & (pl.col("model") == model)
+            & (pl.col("variant") == variant)
+            & (pl.col("is_cpu") == cpu)
+        )
+        return None if found.is_empty() else found["train_images_per_second"][0]
+
+    out = []
+    local_speedups = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
+    for ref in references:
+        name = words.source_short(ref)
+        cpu_lines, gpu_lines = [], []
+        pairs = _by_flops(
+            local.filter(pl.col("device") == "cpu").unique(["model", "variant"], keep="first", maintain_order=True)
+        )
+        for r in pairs.iter_rows(named=True):
+            here = images_per_second(LOCAL_SOURCE, r["model"], r["variant"], True)
+            there_cpu = images_per_second(ref, r["model"], r["variant"], True)
+            there_gpu = images_per_second(ref, r["model"], r["variant"], False)
+            if here and there_cpu:
+                cpu_lines.append(f"{r['model']} {words.times(here / there_cpu, 2)}")
+            if here and there_gpu:
+                gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
+        if cpu_lines:
+            out.append(
+                f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
+                f"{', '.join(cpu_lines)}."
+            )
+        if local_speedups.is_empty():
+            ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
+            variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
+            listed = [
+                f"{r['model']} {words.times(r['speedup'])}"
+                for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
+                if r["model"] in set(pairs["model"].to_list())
+            ]
+            line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
+            if listed:
+                line += f" ({', '.join(listed)} for the models run here)"
+            if gpu_lines:
+                line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
+            out.append(line + ".")
+    if not local_speedups.is_empty():
+        listed = [
+            f"{r['model']} {words.times(r['speedup'])} ({r['variant']})"
+            for r in _by_flops(local_speedups).iter_rows(named=True)
+        ]
+        out.append(f"This host's GPU speedups: {', '.join(listed)}.")
+    return out
+
+
+def key_results(tables: dict) -> dict:
+    """Everything the first screen says, computed from the tables (no figure typed by hand)."""
+    speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
+    sources = []
+    for source in _measured_sources(speedup):
+        frame = speedup.filter(pl.col("source") == source)
+        if frame["speedup"].is_null().all() and source == LOCAL_SOURCE:
+            continue  # a host without a GPU: its key results are the comparison with the reference below
+        variants = []
+        for variant in _variants(frame):
+            rows = _by_flops(frame.filter(pl.col("variant") == variant)).to_dicts()
+            variants.append({"name": variant, "chips": [_chip(r) for r in rows]})
+        baseline = "paper" if "paper" in [v["name"] for v in variants] else variants[0]["name"]
+        verdict = charts.verdict(fits, source, baseline)
+        findings = []
+        if verdict:
+            r2 = charts.r2_by_fit(fits, source, baseline)
+            follows = "training FLOPs per image" if r2[charts.FIT_FLOPS] >= r2[charts.FIT_PARAMETERS] else "parameters"
+            models = frame.filter((pl.col("variant") == baseline) & pl.col("speedup").is_not_null()).height
+            findings.append(
+                f"The speedup follows {follows}: {charts.verdict(fits, source, baseline, short=True)} "
+                f"({baseline} variant, power laws over {models} models)."
+            )
+        findings += paper_comparison(speedup, runs, source, baseline)
+        if why := data_wait(tables["phases"], speedup, source, baseline):
+            findings.append(why)
+        sampled = frame.filter(pl.col("extrapolated"))
+        sources.append(
+            {
+                "name": words.source_short(source),
+                "host": (frame["host"].drop_nulls().to_list() or [""])[0],
+                "variants": variants,
+                "findings": findings,
+                "sampled": not sampled.is_empty(),
+            }
+        )
+    return {"sources": sources, "host": host_beside_reference(speedup, runs), "definition": HEADLINE_DEFINITION}
+
+
+# ---- the headline table --------------------------------------------------------------------------------------------
+def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
+    """One row per model, ordered by training FLOPs per image; the paper and every measured source/variant side by
+    side; the paper's gaps 'not reported'; an accuracy that differs from the paper's beyond tolerance flagged with
+    the reason the data give."""
+    groups = [(s, v) for s in _measured_sources(speedup) for v in _variants(speedup.filter(pl.col("source") == s))]
+    by_key = {(r["source"], r["variant"], r["model"]): r for r in speedup.to_dicts()}
+    papers = {p["model"]: p for p in paper.ROWS}
+    models = _by_flops(
+        pl.concat(
+            [
+                speedup.select("model", "parameters", "train_flops_per_image"),
+                pl.DataFrame(
+                    {"model": list(papers), "parameters": [None] * len(papers)},
+                    schema={"model": pl.String, "parameters": pl.Int64},
+                ).with_columns(pl.lit(None, dtype=pl.Int64).alias("train_flops_per_image")),
+            ],
+            how="vertical_relaxed",
+        )
+        .group_by("model")
+        .agg(pl.col("parameters").drop_nulls().first(), pl.col("train_flops_per_image").drop_nulls().first())
+    ).to_dicts()
+    rows = []
+    for m in models:
+        name = m["model"]
+        p = papers.get(name)
+        notes = []
+        cells = []
+        for s, v in groups:
+            r = by_key.get((s, v, name))
+            if r is None:
+                cells.append({"value": "not run", "lines": []})
+                continue
+            chip = _chip(r)
+            lines = []
+            if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
+                lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
+            if chip["detail"]:
+                lines.append(chip["detail"])
+            if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+                lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
+            cells.append({"value": chip["value"], "lines": lines})
+            if r["accuracy_parity"] is False:
+                notes.append(
+                    f"{words.source_short(s)}, {v}: CPU and GPU accuracy differ by "
+                    f"{words.percent(r['accuracy_difference'], 1, sign=True)}, beyond the tolerance"
+                )
+            if p and p["gpu_accuracy"] is not None and r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+                gap = r["gpu_accuracy"] - p["gpu_accuracy"]
+                if abs(gap) > tolerance:
+                    notes.append(
+                        f"{words.source_short(s)}, {v}: GPU accuracy {words.percent(r['gpu_accuracy'], 1)} against "
+                        f"the paper's {words.percent(p['gpu_accuracy'], 2)}"
+                        + _accuracy_reason(speedup, s, v, r, p["gpu_accuracy"], tolerance)
+                    )
+            if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
+                notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
+            if r["synthetic"]:
+                notes.append(f"{words.source_short(s)}: synthetic data")
+        if p:
+            paper_cell = {
+                "value": words.times(p["speedup"]),
+                "lines": [
+                    f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
+                    f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
+                    if p["gpu_accuracy"] is not None
+                    else "accuracy not reported",
+                ],
+            }
+        else:
+            paper_cell = {"value": "not reported", "lines": []}
+        rows.append(
+            {
+                "model": name,
+                "parameters": words.si(m["parameters"]),
+                "flops": words.si(m["train_flops_per_image"]),
+                "cells": [paper_cell, *cells],
+                "notes": notes,
+            }
+        )
+    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
+        f"{words.source_short(s)}, {v}" for s, v in groups
     ]
-    frame = runs.select(columns).with_columns(pl.col("label").fill_null(""))
-    return (
-        GT(frame)
-        .fmt_number(columns=["total_train_seconds", "warmup_epoch_seconds", "steady_epoch_seconds_median"], decimals=2)
-        .fmt_number(columns="train_images_per_second", decimals=0)
-        .fmt_percent(columns="final_test_accuracy", decimals=2)
-        .sub_missing(missing_text="—")
-        .as_raw_html()
+    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+
+
+def _accuracy_reason(speedup, source, variant, row, target, tolerance) -> str:
+    """Where the data explain an accuracy gap: a model of the same size in the same study that reaches the paper's
+    accuracy (e.g. the CIFAR stem of the same ResNet)."""
+    for twin in speedup.filter((pl.col("source") == source) & (pl.col("variant") == variant)).to_dicts():
+        if (
+            twin["model"] != row["model"]
+            and twin["gpu_accuracy"] is not None
+            and not twin["gpu_extrapolated"]
+            and row["parameters"]
+            and abs(twin["parameters"] - row["parameters"]) / row["parameters"] < 0.01
+            and abs(twin["gpu_accuracy"] - target) <= tolerance
+        ):
+            return (
+                f"; {twin['model']} (as many parameters, {words.si(twin['train_flops_per_image'])} training FLOPs "
+                f"per image) reaches {words.percent(twin['gpu_accuracy'], 1)}: the paper's figure fits that "
+                "architecture"
+            )
+    return "; the records give no reason"
+
+
+def _headline_csv(speedup: pl.DataFrame) -> str:
+    paper_rows = pl.DataFrame(paper.ROWS).select(
+        pl.lit(PAPER_SOURCE).alias("source"),
+        pl.lit("paper").alias("variant"),
+        "model",
+        "parameters",
+        "cpu_seconds",
+        "gpu_seconds",
+        "speedup",
+        pl.col("gpu_accuracy").cast(pl.Float64),
+    )
+    ours = speedup.select(
+        "source",
+        "variant",
+        "model",
+        "parameters",
+        "train_flops_per_image",
+        "cpu_seconds",
+        "gpu_seconds",
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "steady_speedup",
+        "cpu_accuracy",
+        "gpu_accuracy",
+        "extrapolated",
+    )
+    return pl.concat([paper_rows, ours], how="diagonal_relaxed").write_csv()
+
+
+# ---- the other tables ------------------------------------------------------------------------------------------------
+REPORTED_SAMPLED_STEPS = [10, 20, 40, 100]
+RUN_COLUMNS = [
+    "source",
+    "model",
+    "device",
+    "variant",
+    "seed",
+    "status",
+    "epochs",
+    "batch_size",
+    "train_images",
+    "total_train_seconds",
+    "warmup_epoch_seconds",
+    "steady_epoch_seconds_median",
+    "train_images_per_second",
+    "final_test_accuracy",
+    "torch_threads",
+    "extrapolated",
+    "record_path",
+]
+
+
+def _record_links(runs: pl.DataFrame, out_dir: Path | None) -> list[str | None]:
+    """Each run's record, as a path relative to the page (the record itself stays where it is)."""
+    if out_dir is None:
+        return [None] * runs.height
+    base = Path(out_dir).resolve()
+    return [os.path.relpath(Path(p).resolve(), base).replace(os.sep, "/") if p else None for p in runs["record_path"]]
+
+
+def runs_table(runs: pl.DataFrame, out_dir: Path | None = None) -> dict:
+    frame = runs.sort("source", "model", "device", "variant", "seed")
+    return table(
+        "runs",
+        "Every run: one row per record; the last column opens the record (JSON).",
+        frame,
+        RUN_COLUMNS,
+        links={"record_path": _record_links(frame, out_dir)},
     )
 
 
-def fits_table(fits: pl.DataFrame) -> str:
-    frame = fits.select(
-        "source", "variant", "fit", "points", "estimate", "estimate_se", "intercept", "intercept_se", "r2", "note"
-    ).with_columns(pl.col("note").fill_null(""))
-    return (
-        GT(frame)
-        .fmt_number(columns=["estimate", "estimate_se", "intercept", "intercept_se", "r2"], decimals=3)
-        .sub_missing(missing_text="—")
-        .as_raw_html()
+def fits_table(fits: pl.DataFrame) -> dict:
+    return table(
+        "fits",
+        "Fits per source and variant: power laws log speedup = a + b · log size (estimate b); Amdahl GPU epoch = "
+        "s + CPU epoch / k (estimate k, intercept s seconds); thread sweeps (estimate P).",
+        fits,
+        ["source", "variant", "fit", "points", "estimate", "estimate_se", "intercept", "intercept_se", "r2", "note"],
     )
 
 
-def gains_table(gains: pl.DataFrame) -> str | None:
+def gains_table(gains: pl.DataFrame) -> dict | None:
     if gains.is_empty():
         return None
-    return (
-        GT(gains)
-        .fmt_number(
-            columns=["baseline_seconds", "variant_seconds", "baseline_steady_seconds", "variant_steady_seconds"],
-            decimals=2,
-        )
-        .fmt_number(columns=["gain", "steady_gain"], decimals=2, pattern="{x}×")
-        .sub_missing(missing_text="—")
-        .as_raw_html()
+    return table(
+        "gains",
+        "Each device's gain from the paper variant to another, per model: over the whole run (compilation included) "
+        "and over steady epochs.",
+        gains.sort("source", "model", "device", "variant"),
     )
 
 
-REPORTED_SAMPLED_STEPS = [10, 20, 40, 100]
-
-
-def sampling_table(sampling: pl.DataFrame) -> str | None:
+def sampling_table(sampling: pl.DataFrame) -> dict | None:
     """The sampled protocol checked on full runs, at the step counts its users pick most (10 to 100)."""
     frame = sampling.filter(pl.col("sampled_steps").is_in(REPORTED_SAMPLED_STEPS))
     if frame.is_empty():
@@ -220,7 +561,8 @@ def sampling_table(sampling: pl.DataFrame) -> str | None:
         .then(pl.concat_str("sweep_parameter", pl.lit("="), pl.col("sweep_value").cast(pl.String)))
         .otherwise(pl.lit(""))
         .alias("sweep")
-    ).select(
+    )
+    columns = [
         "source",
         "model",
         "device",
@@ -234,16 +576,11 @@ def sampling_table(sampling: pl.DataFrame) -> str | None:
         "error",
         "epoch_error_min",
         "epoch_error_max",
-    )
-    return (
-        GT(frame)
-        .fmt_number(columns=["estimated_total_seconds", "measured_total_seconds"], decimals=1)
-        .fmt_percent(columns=["error", "epoch_error_min", "epoch_error_max"], decimals=1, force_sign=True)
-        .as_raw_html()
-    )
+    ]
+    return table("sampling", "The sampled protocol, run by run.", frame.select(columns))
 
 
-def sampling_summary(sampling: pl.DataFrame) -> str | None:
+def sampling_summary(sampling: pl.DataFrame) -> dict | None:
     """The check in brief: per source, device, variant and step count, the range of the total's error over the
     study's full runs (sweep runs, of one epoch, left out)."""
     frame = sampling.filter(pl.col("sampled_steps").is_in(REPORTED_SAMPLED_STEPS) & pl.col("sweep_parameter").is_null())
@@ -252,35 +589,28 @@ def sampling_summary(sampling: pl.DataFrame) -> str | None:
     frame = (
         frame.group_by("source", "device", "variant", "sampled_steps")
         .agg(
-            pl.len().alias("full runs"),
-            pl.col("error").min().alias("total error, lowest"),
-            pl.col("error").max().alias("total error, highest"),
-            pl.col("epoch_error_min").min().alias("single epochs, lowest"),
-            pl.col("epoch_error_max").max().alias("single epochs, highest"),
+            pl.len().alias("full_runs"),
+            pl.col("error").min().alias("total_error_lowest"),
+            pl.col("error").max().alias("total_error_highest"),
+            pl.col("epoch_error_min").min().alias("epoch_error_lowest"),
+            pl.col("epoch_error_max").max().alias("epoch_error_highest"),
         )
         .sort("source", "device", "variant", "sampled_steps")
     )
-    return (
-        GT(frame)
-        .fmt_percent(columns=[c for c in frame.columns if "error" in c or "epochs," in c], decimals=1, force_sign=True)
-        .as_raw_html()
+    return table(
+        "sampling_summary",
+        "The sampled protocol in brief: the error's range over the study's full runs (sweeps left out).",
+        frame,
     )
 
 
-def scaling_table(scaling: pl.DataFrame) -> str | None:
+def scaling_table(scaling: pl.DataFrame) -> dict | None:
     if scaling.is_empty():
         return None
-    return (
-        GT(scaling.drop("extrapolated"))
-        .fmt_number(columns=["epoch_seconds", "base_epoch_seconds"], decimals=2)
-        .fmt_number(columns="speedup", decimals=2, pattern="{x}×")
-        .fmt_percent(columns="efficiency", decimals=0)
-        .sub_missing(missing_text="—")
-        .as_raw_html()
-    )
+    return table("scaling", "Data-parallel runs against one device of the same kind.", scaling.drop("extrapolated"))
 
 
-def environments(runs: pl.DataFrame) -> str:
+def environments(runs: pl.DataFrame) -> dict:
     cols = [
         "source",
         "host",
@@ -294,8 +624,8 @@ def environments(runs: pl.DataFrame) -> str:
         "cuda_version",
         "cudnn_version",
     ]
-    frame = runs.select(cols).unique().sort(["source", "host", "device", "torch_threads"])
-    return GT(frame).sub_missing(missing_text="—").as_raw_html()
+    frame = runs.select(cols).unique().sort(["source", "host", "device", "torch_threads"], nulls_last=True)
+    return table("environment", "Hardware and software of each run.", frame)
 
 
 def warnings(tables: dict) -> list[str]:
@@ -352,7 +682,7 @@ def warnings(tables: dict) -> list[str]:
             f"{source}: {frame.height} compiled run(s) may have found a warm torch.compile cache ({runs_named}): "
             "a shared cache that held files, or a record that predates the cache field. Their warm-up epoch, "
             "and so their whole-run time, can be several times shorter than a first run's; steady epochs are "
-            "unaffected. variants.<name>.compile_cache: cold gives every run an empty cache."
+            "unaffected. Setting a variant's compile cache to cold gives every run an empty cache."
         )
     extrapolated = runs.filter(pl.col("extrapolated"))
     if not extrapolated.is_empty():
@@ -368,19 +698,25 @@ def provenance(runs: pl.DataFrame, params_files: list[Path]) -> dict:
         "commits": sorted({c for c in runs["git_commit"].to_list() if c}),
         "data": runs.select("source", "data_source", "manifest_sha256", "train_images", "test_images")
         .unique()
-        .sort("source")
+        .sort("source", nulls_last=True)
         .to_dicts(),
         "records": runs.select("record_path", "record_sha256").sort("record_path").to_dicts(),
     }
 
 
-def _script_json(value) -> str:
-    """JSON safe inside <script type="application/json">: no '<' can close the element."""
-    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+def _empty(spec: dict) -> str | None:
+    """The message of a chart the data do not allow (charts._empty), shown as a line instead of a chart."""
+    meta = spec.get("usermeta") or {}
+    return meta.get("message") if meta.get("empty") else None
 
 
 def render(
-    tables: dict, chart_dir: Path, config: dict, params_files: list[Path], vega_bundle: str | None = None
+    tables: dict,
+    chart_dir: Path,
+    config: dict,
+    params_files: list[Path],
+    vega_bundle: str | None = None,
+    out_dir: Path | None = None,
 ) -> str:
     import vl_convert
 
@@ -391,34 +727,50 @@ def render(
         undefined=jinja2.StrictUndefined,
     )
     template = env.get_template("report.html.j2")
-    summary = tables.get("fit_summary", {})
+    figures = {}
+    for name in charts.CHART_NAMES:
+        spec = specs[name]
+        empty = _empty(spec)
+        figures.setdefault(SECTIONS[name], []).append(
+            {
+                "name": name,
+                "title": charts.chart_title(spec),
+                "spec": Markup(charts.script_json(spec)),
+                "help": CHART_HELP[name],
+                "empty": empty is not None,
+                "message": empty or "",
+            }
+        )
+    tolerance = config["report"]["accuracy_tolerance"]
+    sources = {words.source_short(k): v for k, v in tables.get("sources", {}).items() if v}
+    data_tables = {name: tables[name].write_csv() for name in TABLES}
     return template.render(
         title=config["report"]["title"],
         label=config["study"].get("label"),
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper,
+        key=key_results(tables),
         warnings=warnings(tables),
-        headline=jinja2.utils.markupsafe.Markup(headline(tables["speedup"])),
-        verdicts=[(group, fit["verdict"]) for group, fit in summary.items()],
-        fits=jinja2.utils.markupsafe.Markup(fits_table(tables["fits"])),
-        gains=jinja2.utils.markupsafe.Markup(gains_table(tables["gains"]) or ""),
-        sampling=jinja2.utils.markupsafe.Markup(sampling_table(tables["sampling"]) or ""),
-        sampling_summary=jinja2.utils.markupsafe.Markup(sampling_summary(tables["sampling"]) or ""),
-        scaling=jinja2.utils.markupsafe.Markup(scaling_table(tables["scaling"]) or ""),
-        charts=[
-            {"name": n, "spec": jinja2.utils.markupsafe.Markup(_script_json(specs[n])), "help": CHART_HELP[n]}
-            for n in charts.CHART_NAMES
-        ],
-        runs=jinja2.utils.markupsafe.Markup(runs_table(tables["runs"])),
-        environments=jinja2.utils.markupsafe.Markup(environments(tables["runs"])),
+        headline=headline(tables["speedup"], tolerance),
+        tolerance=tolerance,
+        figures=figures,
+        fits=fits_table(tables["fits"]),
+        gains=gains_table(tables["gains"]),
+        sampling=sampling_table(tables["sampling"]),
+        sampling_summary=sampling_summary(tables["sampling"]),
+        scaling=scaling_table(tables["scaling"]),
+        runs=runs_table(tables["runs"], out_dir),
+        environments=environments(tables["runs"]),
         provenance=provenance(tables["runs"], params_files),
-        sources=tables.get("sources", {}),
-        vega_bundle=jinja2.utils.markupsafe.Markup(vega_bundle or vl_convert.javascript_bundle()),
+        sources=sources,
+        data_tables=[{"name": n, "csv": Markup(charts.script_json(t))} for n, t in data_tables.items()],
+        script_json=lambda value: Markup(charts.script_json(value)),
+        vega_bundle=Markup((vega_bundle or vl_convert.javascript_bundle()).replace("</script", "<\\/script")),
     )
 
 
 def run(tables_dir: Path, chart_dir: Path, out: Path, config: dict, params_files: list[Path]) -> Path:
-    html = render(aggregate.read_tables(tables_dir), chart_dir, config, params_files)
+    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent)
     fsutil.write_text(out, html)
     log.info("report -> %s", out)
     return out

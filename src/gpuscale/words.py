@@ -1,0 +1,292 @@
+"""Words for the reader: table columns, values and colours, shared by the report's tables and the charts.
+
+No column name reaches a reader: every header, legend and tooltip takes its words (with the unit) from here.
+Torch-free and polars-free, so anything may import it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# column -> what a reader sees (unit in the words, never a bare identifier)
+COLUMNS = {
+    "source": "source",
+    "model": "model",
+    "device": "device",
+    "variant": "variant",
+    "seed": "seed",
+    "status": "status",
+    "label": "study label",
+    "host": "host",
+    "hostname": "host name",
+    "cpu_model": "CPU",
+    "cpu_logical_cores": "logical CPU cores",
+    "torch_threads": "torch threads",
+    "loader_workers": "loader workers",
+    "oversubscribed": "threads + workers exceed cores",
+    "compile_cache": "compile cache",
+    "compile_cache_files_at_start": "compile cache files at start",
+    "gpu_name": "GPU",
+    "gpu_driver": "GPU driver",
+    "gpu_device": "GPU device",
+    "torch_version": "PyTorch",
+    "cuda_version": "CUDA",
+    "cudnn_version": "cuDNN",
+    "git_commit": "project commit",
+    "parameters": "parameters",
+    "train_flops_per_image": "training FLOPs per image",
+    "epochs": "epochs",
+    "batch_size": "batch size",
+    "world_size": "processes",
+    "global_batch_size": "global batch size",
+    "data_source": "data",
+    "synthetic": "synthetic data",
+    "train_images": "training images",
+    "test_images": "test images",
+    "manifest_sha256": "data manifest sha256",
+    "total_train_seconds": "training time (s)",
+    "epoch_seconds_mean": "seconds per epoch (mean)",
+    "warmup_epoch_seconds": "first epoch (s)",
+    "steady_epoch_seconds_median": "steady epoch (s, median)",
+    "total_eval_seconds": "evaluation time (s)",
+    "train_images_per_second": "images per second (training)",
+    "steady_images_per_second": "images per second (steady)",
+    "extrapolated": "time extrapolated (sampled)",
+    "final_test_accuracy": "test accuracy",
+    "gpu_joules_per_epoch": "GPU energy per epoch (J)",
+    "cpu_joules_per_epoch": "CPU energy per epoch (J)",
+    "gpu_images_per_joule": "images per joule (GPU)",
+    "energy_note": "energy note",
+    "phase_overhead_fraction": "instrumentation overhead",
+    "started_at": "started",
+    "finished_at": "finished",
+    "record_path": "record",
+    "record_sha256": "record sha256",
+    "not_measured_reason": "why not measured",
+    "sweep_parameter": "swept setting",
+    "sweep_value": "swept value",
+    # speedup table
+    "cpu_seconds": "CPU training time (s)",
+    "gpu_seconds": "GPU training time (s)",
+    "cpu_epoch_seconds": "CPU seconds per epoch",
+    "gpu_epoch_seconds": "GPU seconds per epoch",
+    "cpu_steady_epoch_seconds": "CPU steady epoch (s)",
+    "gpu_steady_epoch_seconds": "GPU steady epoch (s)",
+    "speedup": "speedup (×)",
+    "steady_speedup": "steady speedup (×, first epoch left out)",
+    "speedup_ci_low": "speedup, 95% interval low (×)",
+    "speedup_ci_high": "speedup, 95% interval high (×)",
+    "cpu_accuracy": "CPU test accuracy",
+    "gpu_accuracy": "GPU test accuracy",
+    "accuracy_difference": "accuracy, GPU − CPU",
+    "accuracy_parity": "accuracy agrees",
+    "protocol_mismatch": "CPU and GPU protocols differ",
+    "cpu_extrapolated": "CPU time extrapolated",
+    "gpu_extrapolated": "GPU time extrapolated",
+    "gpu_seeds": "GPU seeds",
+    "cpu_seeds": "CPU seeds",
+    "gpu_not_measured_reason": "why the GPU was not measured",
+    # fits
+    "fit": "fit",
+    "ok": "fitted",
+    "points": "points",
+    "estimate": "estimate",
+    "estimate_se": "estimate, standard error",
+    "intercept": "intercept",
+    "intercept_se": "intercept, standard error",
+    "r2": "R²",
+    "note": "note",
+    # phases
+    "phase": "phase",
+    "seconds_per_step": "seconds per step",
+    "fraction": "share of a step",
+    "seconds_per_epoch": "seconds per steady epoch",
+    "overhead_fraction": "instrumentation overhead",
+    "profile_steps": "instrumented steps",
+    # gains
+    "baseline": "baseline variant",
+    "baseline_seconds": "baseline seconds per epoch",
+    "variant_seconds": "variant seconds per epoch",
+    "gain": "gain, whole run (×)",
+    "baseline_steady_seconds": "baseline steady epoch (s)",
+    "variant_steady_seconds": "variant steady epoch (s)",
+    "steady_gain": "gain, steady epochs (×)",
+    # sweeps
+    "parameter": "swept setting",
+    "value": "value",
+    "epoch_seconds": "seconds per epoch",
+    "images_per_second": "images per second",
+    "baseline_value": "baseline value",
+    "speedup_vs_baseline": "speedup over the baseline (×)",
+    # sampling
+    "sampled_steps": "timed steps per epoch",
+    "warmup_steps": "warm-up steps",
+    "steps_per_epoch": "steps per epoch",
+    "estimated_total_seconds": "estimated total (s)",
+    "measured_total_seconds": "measured total (s)",
+    "error": "error of the total",
+    "epoch_error_min": "single epochs, lowest error",
+    "epoch_error_max": "single epochs, highest error",
+    "sweep": "sweep",
+    "full_runs": "full runs",
+    "total_error_lowest": "error of the total, lowest",
+    "total_error_highest": "error of the total, highest",
+    "epoch_error_lowest": "single epochs, lowest error",
+    "epoch_error_highest": "single epochs, highest error",
+    # scaling
+    "base_device": "one-device baseline",
+    "base_epoch_seconds": "one device, seconds per epoch",
+    "efficiency": "efficiency (speedup / processes)",
+}
+
+PHASES = {
+    "data_wait": "waiting for data",
+    "host_to_device": "host-to-device copy",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer step",
+}
+
+FITS = {
+    "log speedup ~ log parameters": "speedup vs parameters (power law)",
+    "log speedup ~ log training FLOPs per image": "speedup vs training FLOPs per image (power law)",
+    "T_gpu = s + T_cpu / k (per epoch)": "GPU epoch = s + CPU epoch / k (Amdahl)",
+}
+
+
+def column(name: str) -> str:
+    """A column's words; an unknown column reads as words too (underscores become spaces)."""
+    return COLUMNS.get(name, name.replace("_", " "))
+
+
+def columns(names) -> dict[str, str]:
+    return {n: column(n) for n in names}
+
+
+def device(name: str | None) -> str:
+    """cpu -> CPU, cuda -> GPU (CUDA), cuda-1 -> GPU 1 (CUDA), cuda-ddp4 -> 4 GPUs (CUDA, data-parallel)."""
+    if not name:
+        return "—"
+    m = re.fullmatch(r"(cpu|cuda|mps)(?:-ddp(\d+))?(?:-(\d+))?", name)
+    if not m:
+        return name
+    kind, ddp, index = m.groups()
+    base = {"cpu": "CPU", "cuda": "GPU (CUDA)", "mps": "GPU (Apple MPS)"}[kind]
+    if ddp:
+        unit = "CPU processes" if kind == "cpu" else "GPUs"
+        return f"{ddp} {unit} ({'gloo' if kind == 'cpu' else 'CUDA'}, data-parallel)"
+    if index:
+        return f"{base} #{index}"
+    return base
+
+
+def device_kind(name: str | None) -> str:
+    return "cpu" if not name or name.startswith("cpu") else "gpu"
+
+
+def phase(name: str) -> str:
+    return PHASES.get(name, name.replace("_", " "))
+
+
+def fit(name: str) -> str:
+    if name in FITS:
+        return FITS[name]
+    m = re.fullmatch(r"CPU threads, (.+): T = a \+ b / N \(estimate = P\)", name)
+    if m:
+        return f"CPU threads, {m.group(1)}: epoch = a + b / threads (estimate: parallel share P)"
+    return name
+
+
+def source_short(source: str) -> str:
+    """'reference: h200-2026-12-02' -> 'h200-2026-12-02'; 'paper: RTX 3050 vs i9-14900K' stays."""
+    return source.removeprefix("reference: ")
+
+
+# ---- one visual language ------------------------------------------------------------------------------------------
+# Paul Tol's colour-blind-safe sets. A source keeps its colour in every chart of a page, a device its own
+# (never a source's), a variant its dash and shape.
+PAPER_COLOUR = "#555555"
+LOCAL_COLOUR = "#0077BB"
+REFERENCE_COLOURS = ("#EE7733", "#009988", "#CC3311", "#33BBEE", "#EE3377", "#BBBBBB")
+DEVICE_COLOURS = {"cpu": "#AA3377", "gpu": "#228833"}
+PHASE_COLOURS = {
+    "data_wait": "#EE7733",
+    "host_to_device": "#CC3311",
+    "forward": "#0077BB",
+    "backward": "#33BBEE",
+    "optimizer": "#009988",
+}
+VARIANT_DASHES = ([1, 0], [6, 3], [2, 2], [8, 2, 2, 2])
+VARIANT_SHAPES = ("circle", "square", "triangle-up", "diamond", "cross")
+DASH_WORDS = ("solid", "dashed", "dotted", "dash-dot")
+SHAPE_SYMBOLS = ("●", "■", "▲", "◆", "✚")
+
+
+def source_colours(sources, paper_source: str, local_source: str) -> dict[str, str]:
+    """A fixed colour per source: the paper grey, this host blue, reference folders in sorted order."""
+    out = {}
+    refs = sorted(s for s in set(sources) if s not in (paper_source, local_source))
+    if paper_source in sources:
+        out[paper_source] = PAPER_COLOUR
+    if local_source in sources:
+        out[local_source] = LOCAL_COLOUR
+    for i, s in enumerate(refs):
+        out[s] = REFERENCE_COLOURS[i % len(REFERENCE_COLOURS)]
+    return out
+
+
+def variant_styles(variants) -> dict[str, tuple[list[int], str]]:
+    """paper first (solid, circle), then the rest in sorted order."""
+    ordered = sorted(set(variants), key=lambda v: (v != "paper", v))
+    return {
+        v: (VARIANT_DASHES[i % len(VARIANT_DASHES)], VARIANT_SHAPES[i % len(VARIANT_SHAPES)])
+        for i, v in enumerate(ordered)
+    }
+
+
+def variant_key(styles: dict[str, tuple[list[int], str]]) -> str:
+    """The variant legend as one line of words (a second legend beside the source legend runs off a phone's
+    screen): 'variant: paper ● solid, tuned ■ dashed'."""
+    parts = [
+        f"{v} {SHAPE_SYMBOLS[VARIANT_SHAPES.index(shape)]} {DASH_WORDS[VARIANT_DASHES.index(dash)]}"
+        for v, (dash, shape) in styles.items()
+    ]
+    return "variant: " + ", ".join(parts)
+
+
+# ---- numbers as a reader reads them ---------------------------------------------------------------------------------
+def times(value: float | None, digits: int | None = None) -> str:
+    """A speedup or gain: 3.1×, 11.7×, 87×."""
+    if value is None:
+        return "—"
+    if digits is None:
+        digits = 2 if value < 1 else 1
+    return f"{value:.{digits}f}×"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value >= 100:
+        return f"{value:,.0f} s"
+    if value >= 10:
+        return f"{value:.1f} s"
+    return f"{value:.2f} s"
+
+
+def percent(value: float | None, digits: int = 1, sign: bool = False) -> str:
+    if value is None:
+        return "—"
+    text = f"{value:+.{digits}%}" if sign else f"{value:.{digits}%}"
+    return text.replace("-", "−")
+
+
+def si(value: float | None, unit: str = "") -> str:
+    """0.55 M, 11.2 M, 3.33 G."""
+    if value is None:
+        return "—"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            v = value / factor
+            return f"{v:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}".strip()

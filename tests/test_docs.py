@@ -1,0 +1,36 @@
+"""Generated documentation stays generated: README.md's headline block and docs/params.md's reference match what
+gpuscale.docs gives from the reference study's records and the params schema today."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+from gpuscale import aggregate, docs
+
+HOW = "rebuild with: benchmarks/reference_report.sh reference/h200-2026-12-02"
+
+
+def test_readme_headline_block_is_the_reference_study_as_its_records_say(tmp_path):
+    aggregate.run([], [docs.REFERENCE], tmp_path / "tables", tmp_path / "metrics.json", 0.02)
+    expected = docs.readme_headline(aggregate.read_tables(tmp_path / "tables"))
+    assert docs.block("headline", (REPO / "README.md").read_text()) == expected, HOW
+
+
+def test_params_reference_is_generated_from_the_schema():
+    assert docs.block("params", (REPO / "docs" / "params.md").read_text()) == docs.params_reference(), HOW
+    every_key = docs.params_reference()
+    for key in ("study.models", "train.epochs", "report.accuracy_tolerance", "runtime.resume"):
+        assert f"`{key}`" in every_key
+
+
+def test_readme_is_a_front_door_whose_links_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 160
+    assert "make reproduce" in text and "make test" in text and "config/quick.yaml" in text
+    for target in re.findall(r"\]\(([^)#]+)", text):
+        if not target.startswith("http"):
+            assert (REPO / target).exists(), target
+    for page in ("methodology", "params", "faults", "install", "cluster", "prediction"):
+        assert f"docs/{page}.md" in text
