@@ -6,8 +6,10 @@ Adding a model is one entry in MODELS.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -174,3 +176,13 @@ MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 
 def build(name: str, num_classes: int = 10):
     return MODELS[name].build(num_classes)
+
+
+FACTS_PATH = Path(__file__).with_name("modelfacts.json")
+
+
+def facts() -> dict:
+    """Each registry model's cost without torch: {"schema": 1, "notes": ..., "models": {name: {"family",
+    "parameters", "train_flops_per_image", "flops_by_kind": {...}, "layers", ...}}}, as `python -m gpuscale.nets
+    --facts` wrote it (its "notes" say what each field counts)."""
+    return json.loads(FACTS_PATH.read_text())

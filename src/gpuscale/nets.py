@@ -212,7 +212,6 @@ def layer_count(model: nn.Module) -> int:
     return len(weighted) + len(attention)
 
 
-FACTS_PATH = Path(__file__).with_name("modelfacts.json")
 FACTS_NOTES = (
     "Per registry model, for 10 classes and 32x32x3 images, counted on the CPU by gpuscale.nets.training_cost "
     "(forward + backward of one training step, optimizer excluded): train_flops_per_image is the sum of the "
@@ -249,15 +248,18 @@ def model_facts(names: list[str] | None = None) -> dict:
     return {"schema": 1, "notes": FACTS_NOTES, "models": facts}
 
 
-def write_facts(path: Path = FACTS_PATH) -> Path:
+def write_facts(path: Path | None = None) -> Path:
+    from gpuscale import models
+
+    path = path or models.FACTS_PATH
     path.write_text(json.dumps(model_facts(), indent=1) + "\n")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuscale.nets", description=__doc__.splitlines()[0])
-    parser.add_argument("--facts", action="store_true", help=f"write the registry's facts file ({FACTS_PATH.name})")
-    parser.add_argument("--out", type=Path, default=FACTS_PATH, help="where to write it (default: the package's)")
+    parser.add_argument("--facts", action="store_true", help="write the registry's facts file (modelfacts.json)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write it (default: the package's)")
     args = parser.parse_args(argv)
     if not args.facts:
         parser.print_help()
