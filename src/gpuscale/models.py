@@ -6,8 +6,10 @@ Adding a model is one entry in MODELS.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,19 @@ def _vit(num_classes: int):
     from gpuscale import nets
 
     return nets.small_vit(num_classes)
+
+
+def _net(function: str, *args) -> Callable[[int], object]:
+    """nets.<function>(*args, num_classes) or, for a torchvision architecture, nets.torchvision_model."""
+
+    def build(num_classes: int):
+        from gpuscale import nets
+
+        if function in ("vgg_cifar", "torchvision_model"):
+            return getattr(nets, function)(*args, num_classes)
+        return getattr(nets, function)(num_classes, *args)
+
+    return build
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -80,6 +95,80 @@ MODELS: dict[str, ModelSpec] = {
             _torchvision("resnet50", True),
         ),
         ModelSpec("vit_tiny_p4", "vision transformer for 32x32: patch 4, 6 layers, 3 heads, width 192", "vit", _vit),
+        # the ladder across families (issue 18): torchvision's architectures as they are (ImageNet stems, so
+        # 32x32 images shrink to 1x1 maps) unless the name says _cifar; depthwise and grouped convolutions
+        ModelSpec(
+            "vit_small_p8",
+            "vision transformer for 32x32: patch 8 (16 tokens + class token), 12 layers, 6 heads, width 384",
+            "vit",
+            _net("vit", 8, 12, 6, 384),
+        ),
+        ModelSpec(
+            "mobilenet_v2",
+            "torchvision mobilenet_v2 (inverted residuals, depthwise 3x3), ImageNet stem",
+            "mobilenet",
+            _net("torchvision_model", "mobilenet_v2"),
+        ),
+        ModelSpec(
+            "mobilenet_v2_cifar",
+            "mobilenet_v2 with a CIFAR stem (first conv and first stride-2 block at stride 1)",
+            "mobilenet",
+            _net("mobilenet_v2_cifar"),
+        ),
+        ModelSpec(
+            "mobilenet_v3_small",
+            "torchvision mobilenet_v3_small (depthwise, squeeze-excitation, hardswish), ImageNet stem",
+            "mobilenet",
+            _net("torchvision_model", "mobilenet_v3_small"),
+        ),
+        ModelSpec(
+            "mobilenet_v3_large",
+            "torchvision mobilenet_v3_large, ImageNet stem",
+            "mobilenet",
+            _net("torchvision_model", "mobilenet_v3_large"),
+        ),
+        ModelSpec(
+            "efficientnet_b0",
+            "torchvision efficientnet_b0 (MBConv, depthwise, squeeze-excitation, SiLU), ImageNet stem",
+            "efficientnet",
+            _net("torchvision_model", "efficientnet_b0"),
+        ),
+        ModelSpec(
+            "shufflenet_v2",
+            "torchvision shufflenet_v2_x1_0 (channel split and shuffle, depthwise 3x3), ImageNet stem",
+            "shufflenet",
+            _net("torchvision_model", "shufflenet_v2_x1_0"),
+        ),
+        ModelSpec(
+            "regnet_y_400mf",
+            "torchvision regnet_y_400mf (grouped 3x3 convolutions, squeeze-excitation), ImageNet stem",
+            "regnet",
+            _net("torchvision_model", "regnet_y_400mf"),
+        ),
+        ModelSpec(
+            "convnext_tiny",
+            "torchvision convnext_tiny (4x4 patchify stem, depthwise 7x7, layer norm, linear MLPs)",
+            "convnext",
+            _net("torchvision_model", "convnext_tiny"),
+        ),
+        ModelSpec(
+            "densenet121",
+            "torchvision densenet121 (dense blocks, concatenation), ImageNet stem",
+            "densenet",
+            _net("torchvision_model", "densenet121"),
+        ),
+        ModelSpec(
+            "vgg11_bn",
+            "torchvision vgg11_bn convolutions (8 conv, 5 max-pools) and one 512-to-10 linear layer",
+            "vgg",
+            _net("vgg_cifar", "vgg11_bn"),
+        ),
+        ModelSpec(
+            "vgg16_bn",
+            "torchvision vgg16_bn convolutions (13 conv, 5 max-pools) and one 512-to-10 linear layer",
+            "vgg",
+            _net("vgg_cifar", "vgg16_bn"),
+        ),
     ]
 }
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
@@ -87,3 +176,13 @@ MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 
 def build(name: str, num_classes: int = 10):
     return MODELS[name].build(num_classes)
+
+
+FACTS_PATH = Path(__file__).with_name("modelfacts.json")
+
+
+def facts() -> dict:
+    """Each registry model's cost without torch: {"schema": 1, "notes": ..., "models": {name: {"family",
+    "parameters", "train_flops_per_image", "flops_by_kind": {...}, "layers", ...}}}, as `python -m gpuscale.nets
+    --facts` wrote it (its "notes" say what each field counts)."""
+    return json.loads(FACTS_PATH.read_text())

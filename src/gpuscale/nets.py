@@ -1,13 +1,23 @@
-"""Network definitions and their cost (parameters, training FLOPs per image)."""
+"""Network definitions and their cost (parameters, training FLOPs per image, FLOPs by layer kind).
+
+`python -m gpuscale.nets --facts` writes src/gpuscale/modelfacts.json, the registry's costs for code that must
+not import torch (the cost model); tests/test_models.py fails when that file is stale.
+"""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
+import sys
+from collections import Counter
+from pathlib import Path
 
 import torch
 import torchvision
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 
 class SimpleCNN(nn.Module):
@@ -44,8 +54,43 @@ def torchvision_resnet(arch: str, num_classes: int, cifar_stem: bool) -> nn.Modu
 
 def small_vit(num_classes: int) -> nn.Module:
     """A ViT sized for 32x32 inputs: 4x4 patches (64 tokens + class token), 6 layers, 3 heads, width 192."""
+    return vit(num_classes, patch_size=4, num_layers=6, num_heads=3, hidden_dim=192)
+
+
+def torchvision_model(arch: str, num_classes: int, **kwargs) -> nn.Module:
+    """A torchvision classifier as torchvision defines it (its ImageNet stem), untrained (weights=None)."""
+    return getattr(torchvision.models, arch)(weights=None, num_classes=num_classes, **kwargs)
+
+
+def vgg_cifar(arch: str, num_classes: int) -> nn.Module:
+    """torchvision's VGG with batch norm, its convolutions as they are, sized for 32x32: five max-pools leave a
+    1x1x512 map, so the 7x7 adaptive pool and the 25088-4096-4096 classifier (120M parameters) become one
+    512-to-classes linear layer (as the common CIFAR VGGs do)."""
+    model = torchvision_model(arch, num_classes)
+    model.avgpool = nn.Identity()
+    model.classifier = nn.Linear(512, num_classes)
+    return model
+
+
+def mobilenet_v2_cifar(num_classes: int) -> nn.Module:
+    """MobileNetV2 with a CIFAR stem: the first conv and the first stride-2 block at stride 1, so the depthwise
+    convolutions work on 32x32, 16x16, 8x8 and 4x4 maps (ImageNet stem at 32x32: 16x16 down to 1x1)."""
+    model = torchvision_model("mobilenet_v2", num_classes)
+    model.features[0][0].stride = (1, 1)
+    model.features[2].conv[1][0].stride = (1, 1)
+    return model
+
+
+def vit(num_classes: int, patch_size: int, num_layers: int, num_heads: int, hidden_dim: int) -> nn.Module:
+    """A ViT for 32x32 inputs (torchvision's VisionTransformer; MLP width 4x the hidden width)."""
     return torchvision.models.VisionTransformer(
-        image_size=32, patch_size=4, num_layers=6, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=num_classes
+        image_size=32,
+        patch_size=patch_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        mlp_dim=4 * hidden_dim,
+        num_classes=num_classes,
     )
 
 
@@ -53,20 +98,175 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def flops_per_image(model: nn.Module, image_shape: tuple[int, int, int] = (3, 32, 32)) -> dict[str, int]:
-    """Forward and training (forward + backward) FLOPs for one image, counted by torch's FlopCounterMode.
+FLOP_KINDS = ("conv", "depthwise_conv", "grouped_conv", "linear", "attention", "other")
+aten = torch.ops.aten
+_CONV_OPS = {
+    aten.convolution,
+    aten._convolution,
+    aten.cudnn_convolution,
+    aten.convolution_overrideable,
+    aten._slow_conv2d_forward,
+    aten.convolution_backward,
+}
+_LINEAR_OPS = {aten.mm, aten.addmm}
 
-    Counted on a batch of 2 (batch norm needs more than one value per channel in training mode) on
-    a deep copy, so the caller's model and its random state are untouched.
-    """
+
+def _conv_backward_flops(grad_out, x, w, _bias_sizes, _stride, _padding, _dilation, transposed, *args, **kwargs):
+    """Input and weight gradients cost what the forward convolution costs, each. torch's formula counts the
+    weight gradient of a grouped convolution over all input channels, `groups` times too many (a depthwise
+    layer's by its channel count)."""
+    output_mask = args[2]
+    forward = conv_flop_count(list(x.shape), list(w.shape), list(grad_out.shape), transposed=transposed)
+    return forward * (int(output_mask[0]) + int(output_mask[1]))
+
+
+# torch's flop counter has no formula for the CPU's fused attention, so attention went uncounted on the CPU
+# (where the registry's FLOPs are counted): the same formulas as for the GPU's flash attention
+_FORMULAS = {
+    **flop_registry,
+    aten.convolution_backward: _conv_backward_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu: flop_registry[aten._scaled_dot_product_flash_attention],
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_registry[
+        aten._scaled_dot_product_flash_attention_backward
+    ],
+}
+# ops that compute nothing: shape and metadata queries, views, allocation
+_NO_WORK = {aten.detach, aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
+
+
+def _conv_kind(func, args) -> str:
+    x, w = (args[1], args[2]) if func is aten.convolution_backward else (args[0], args[1])
+    channels_per_group = w.shape[1]
+    if channels_per_group == x.shape[1]:
+        return "conv"
+    return "depthwise_conv" if channels_per_group == 1 else "grouped_conv"
+
+
+class CostCounter(TorchDispatchMode):
+    """Counts, per op dispatched: FLOPs by layer kind (torch's flop formulas: convolutions by their groups,
+    mm/addmm as linear, bmm/baddbmm and fused attention as attention), output elements of every other op that
+    computes (normalisation, activations, pooling, elementwise: 'other', one per element, an estimate of
+    memory-bound work outside train FLOPs) and the number of such ops (a proxy for kernel launches)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops: Counter[str] = Counter()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if packet in _FORMULAS:
+            flops = _FORMULAS[packet](*args, **kwargs, out_val=out)
+            if packet in _CONV_OPS:
+                kind = _conv_kind(packet, args)
+            elif packet in _LINEAR_OPS:
+                kind = "linear"
+            else:
+                kind = "attention"
+            self.flops[kind] += flops
+            self.ops += 1
+        elif not func.is_view and packet not in _NO_WORK:
+            outputs = out if isinstance(out, (tuple, list)) else (out,)
+            elements = sum(o.numel() for o in outputs if isinstance(o, torch.Tensor))
+            if elements:
+                self.flops["other"] += elements
+                self.ops += 1
+        return out
+
+
+def training_cost(model: nn.Module, image_shape: tuple[int, int, int] = (3, 32, 32)) -> dict:
+    """What one training image costs `model` (forward + backward, no optimizer), per kind, from a batch of 2
+    (batch norm needs more than one value per channel in training mode) on a deep copy on the CPU, so the
+    caller's model and its random state are untouched."""
     batch = 2
     with torch.random.fork_rng(devices=[]):
         probe = copy.deepcopy(model).cpu().train()
         x = torch.randn(batch, *image_shape)
-        with FlopCounterMode(display=False) as forward_counter:
+        with CostCounter() as forward:
             out = probe(x)
-        with FlopCounterMode(display=False) as backward_counter:
+        with CostCounter() as backward:
             out.sum().backward()
-    forward = forward_counter.get_total_flops() // batch
-    backward = backward_counter.get_total_flops() // batch
-    return {"forward_flops_per_image": int(forward), "train_flops_per_image": int(forward + backward)}
+    total = forward.flops + backward.flops
+    return {
+        "forward_flops_per_image": sum(v for k, v in forward.flops.items() if k != "other") // batch,
+        "train_flops_per_image": sum(v for k, v in total.items() if k != "other") // batch,
+        "flops_by_kind": {kind: int(total[kind]) // batch for kind in FLOP_KINDS},
+        "ops_per_step": forward.ops + backward.ops,
+    }
+
+
+def flops_per_image(model: nn.Module, image_shape: tuple[int, int, int] = (3, 32, 32)) -> dict[str, int]:
+    """Forward and training (forward + backward) FLOPs for one image (torch's flop formulas, see CostCounter)."""
+    cost = training_cost(model, image_shape)
+    return {key: int(cost[key]) for key in ("forward_flops_per_image", "train_flops_per_image")}
+
+
+def layer_count(model: nn.Module) -> int:
+    """Weight layers: convolutions, linear layers and attention blocks (an attention block's output projection is
+    part of it, not a layer of its own)."""
+    attention = [m for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
+    inner = {id(m.out_proj) for m in attention}
+    weighted = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)) and id(m) not in inner]
+    return len(weighted) + len(attention)
+
+
+FACTS_NOTES = (
+    "Per registry model, for 10 classes and 32x32x3 images, counted on the CPU by gpuscale.nets.training_cost "
+    "(forward + backward of one training step, optimizer excluded): train_flops_per_image is the sum of the "
+    "flops_by_kind entries conv (dense), depthwise_conv, grouped_conv, linear (mm/addmm) and attention "
+    "(bmm/baddbmm/fused attention); flops_by_kind.other is not FLOPs by torch's formulas but the output elements "
+    "of every other computing op (normalisation, activations, pooling, elementwise), one per element per image: "
+    "a measure of memory-bound work, not in train_flops_per_image. ops_per_step: computing ops dispatched in a "
+    "forward + backward step (a proxy for kernel launches; batch-independent). layers: convolution, linear and "
+    "attention layers. parameter_tensors: what the optimizer steps over."
+)
+
+
+def model_facts(names: list[str] | None = None) -> dict:
+    """The facts file's content: {"schema": 1, "models": {name: {...}}} for `names` (default: the registry)."""
+    from gpuscale import models
+
+    facts = {}
+    for name in names or list(models.MODEL_NAMES):
+        spec = models.MODELS[name]
+        torch.manual_seed(0)
+        model = spec.build(10)
+        cost = training_cost(model)
+        facts[name] = {
+            "family": spec.family,
+            "description": spec.description,
+            "parameters": parameter_count(model),
+            "parameter_tensors": sum(1 for _ in model.parameters()),
+            "layers": layer_count(model),
+            "forward_flops_per_image": cost["forward_flops_per_image"],
+            "train_flops_per_image": cost["train_flops_per_image"],
+            "flops_by_kind": cost["flops_by_kind"],
+            "ops_per_step": cost["ops_per_step"],
+        }
+    return {"schema": 1, "notes": FACTS_NOTES, "models": facts}
+
+
+def write_facts(path: Path | None = None) -> Path:
+    from gpuscale import models
+
+    path = path or models.FACTS_PATH
+    path.write_text(json.dumps(model_facts(), indent=1) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuscale.nets", description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", action="store_true", help="write the registry's facts file (modelfacts.json)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write it (default: the package's)")
+    args = parser.parse_args(argv)
+    if not args.facts:
+        parser.print_help()
+        return 2
+    print(f"wrote {write_facts(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
