@@ -7,6 +7,7 @@ reads params validates the whole file first, so a bad key stops any stage in one
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -222,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", parents=[common], help="list the model registry with parameters and FLOPs")
     p.set_defaults(func=cmd_models)
+
+    for name in ("probe", "predict", "estimate"):  # gpuscale.commands.<name>: add_arguments(parser), run(args)
+        module = importlib.import_module(f"gpuscale.commands.{name}")
+        p = sub.add_parser(name, parents=[common], help=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
     return parser
 
 

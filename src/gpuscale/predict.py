@@ -1,0 +1,244 @@
+"""The predict stage: probe records + model facts + reference records -> prediction tables (torch-free).
+
+Writes, under results/predict/ (each table as .csv to read and .json for the report):
+- host: predicted CPU and GPU epoch seconds and the speedup (with its band) of every registry model on
+  this host, from its probe records (refined by reference records of the same host, if any);
+- validation: leave-one-model-out on each reference study, one row per (model, device, variant) and per
+  speedup; validation_summary: median and worst absolute error per device and variant, against targets;
+- constants: every constant of every calibration used (probe-only, and fitted on each reference study);
+- paper: what the paper's three published points imply about its hardware, beside the reference host.
+`tables()` reads them back, ready to render.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+from pathlib import Path
+
+from gpuscale import costmodel as cm
+from gpuscale import fsutil, paper
+from gpuscale import record as record_mod
+
+log = logging.getLogger("gpuscale.predict")
+
+TABLES = ("host", "validation", "validation_summary", "constants", "paper")
+MEDIAN_TARGET_PERCENT = 15.0
+WORST_TARGET_PERCENT = 35.0
+GPU_DEVICES = ("cuda", "mps")
+
+
+def load_records(folder: Path) -> list[dict]:
+    return [record_mod.load(p) for p in sorted(Path(folder).rglob("*.json")) if p.parent.name != "probe"]
+
+
+def load_probes(paths: list[Path]) -> dict[str, dict]:
+    probes = {}
+    for path in paths:
+        probe = json.loads(Path(path).read_text())
+        if probe.get("kind") != "gpuscale.probe":
+            raise cm.CostModelError(f"{path}: not a probe record (kind {probe.get('kind')!r})")
+        probes[probe["device"]] = probe
+    return probes
+
+
+def _facts(records: list[dict], facts: dict[str, cm.ModelFacts]) -> dict[str, cm.ModelFacts]:
+    merged = {r["model"]["name"]: cm.facts_from_record(r) for r in records if r.get("model")}
+    merged.update(facts)  # modelfacts.json wins: it knows kinds and layers
+    return merged
+
+
+def _round(row: dict) -> dict:
+    return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in row.items()}
+
+
+def host_predictions(
+    probes: dict[str, dict],
+    facts: dict[str, cm.ModelFacts],
+    models: list[str],
+    references: dict[str, list[dict]],
+    images: int,
+    batch_size: int,
+) -> tuple[list[dict], list[dict]]:
+    """Per registry model and probed device: predicted epoch; per model: speedup cpu / gpu. And the constants."""
+    calibrations: dict[str, cm.Calibration] = {}
+    for device, probe in sorted(probes.items()):
+        if probe.get("status") != "measured":
+            log.info("probe of %s not measured (%s): no prediction for it", device, probe.get("not_measured_reason"))
+            continue
+        prior = cm.from_probe(probe)
+        fingerprint = probe["environment"].get("host_fingerprint")
+        same_host = [
+            o
+            for name, records in references.items()
+            for o in cm.observations(records, name)
+            if o.host_fingerprint == fingerprint and o.device == device and o.variant == "paper"
+        ]
+        calibrations[device] = cm.fit(same_host, facts, prior, device, "paper") if same_host else prior
+    rows = []
+    for model in models:
+        f = facts.get(model)
+        if f is None:
+            continue
+        per_device = {}
+        for device, cal in calibrations.items():
+            p = cm.predict_epoch(cal, f, images, batch_size)
+            per_device[device] = p
+            rows.append(
+                {
+                    "model": model,
+                    "device": device,
+                    "variant": "paper",
+                    "quantity": "epoch_seconds",
+                    "predicted": p["epoch_seconds"],
+                    "low": p["epoch_seconds"] * math.exp(-cal.log_error),
+                    "high": p["epoch_seconds"] * math.exp(cal.log_error),
+                    "bound": p["bound"],
+                    "calibration": cal.source,
+                    "label": "prediction",
+                }
+            )
+        gpu = next((d for d in per_device if d.split("-")[0] in GPU_DEVICES), None)
+        if "cpu" in per_device and gpu:
+            s = cm.speedup(per_device["cpu"], per_device[gpu], calibrations["cpu"], calibrations[gpu])
+            rows.append(
+                {
+                    "model": model,
+                    "device": f"speedup ({gpu} over cpu)",
+                    "variant": "paper",
+                    "quantity": "speedup",
+                    "predicted": s["speedup"],
+                    "low": s["speedup_low"],
+                    "high": s["speedup_high"],
+                    "bound": per_device[gpu]["bound"],
+                    "calibration": f"{calibrations['cpu'].source} / {calibrations[gpu].source}",
+                    "label": "prediction",
+                }
+            )
+    constants = [{"fitted_on": "this host's probe", **c.constants()} for c in calibrations.values()]
+    return rows, constants
+
+
+def validation(references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts]) -> tuple[list, list, list]:
+    rows, summary, constants = [], [], []
+    for name, records in references.items():
+        obs = cm.observations(records, name)
+        mine = _facts(records, facts)
+        got = cm.leave_one_model_out(obs, mine)
+        rows += got
+        for s in cm.summarize(got, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+            summary.append({"source": name, **s})
+        for device, variant in sorted({(o.device, o.variant) for o in obs}):
+            group = [o for o in obs if o.device == device and o.variant == variant]
+            cal = cm.fit(group, mine, None, device, variant)
+            constants.append({"fitted_on": f"{name} (all models)", **cal.constants()})
+    return rows, summary, constants
+
+
+def paper_implications(references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts]) -> list[dict]:
+    """Effective training FLOP/s and images/s of the paper's CPU and GPU per model, beside each reference host."""
+    rows = []
+    for row in paper.ROWS:
+        model = row["model"]
+        f = facts.get(model)
+        if f is None:
+            continue
+        for device, seconds in (("cpu", row["cpu_seconds"]), ("cuda", row["gpu_seconds"])):
+            epoch = seconds / paper.EPOCHS
+            rows.append(
+                {
+                    "model": model,
+                    "device": device,
+                    "source": f"paper ({paper.HARDWARE['cpu_short' if device == 'cpu' else 'gpu_short']})",
+                    "epoch_seconds": epoch,
+                    "images_per_second": 50_000 / epoch,
+                    "effective_gflops_per_second": f.train_flops_per_image * 50_000 / epoch / 1e9,
+                }
+            )
+        for name, records in references.items():
+            for o in cm.observations(records, name):
+                if o.model == model and o.variant == "paper" and o.device in ("cpu", "cuda"):
+                    rows.append(
+                        {
+                            "model": model,
+                            "device": o.device,
+                            "source": name,
+                            "epoch_seconds": o.epoch_seconds,
+                            "images_per_second": o.images / o.epoch_seconds,
+                            "effective_gflops_per_second": f.train_flops_per_image * o.images / o.epoch_seconds / 1e9,
+                        }
+                    )
+    # Each source's rate on a model relative to its rate on resnet18: a CPU that keeps its rate shows 1.0.
+    base = {(r["source"], r["device"]): r["effective_gflops_per_second"] for r in rows if r["model"] == "resnet18"}
+    for r in rows:
+        ref = base.get((r["source"], r["device"]))
+        r["rate_vs_resnet18"] = r["effective_gflops_per_second"] / ref if ref else None
+    return rows
+
+
+def write_table(out: Path, name: str, rows: list[dict]) -> None:
+    rows = [_round(r) for r in rows]
+    fsutil.write_json(out / f"{name}.json", rows)
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    fsutil.write_text(out / f"{name}.csv", buffer.getvalue())
+
+
+def run(
+    probe_paths: list[Path],
+    reference_folders: list[str],
+    out: Path,
+    models: list[str],
+    images: int = 50_000,
+    batch_size: int = 128,
+    facts_path: Path | None = None,
+) -> dict[str, list[dict]]:
+    facts = cm.load_facts(facts_path)
+    if not facts:
+        log.warning(
+            "no model facts file (%s): the records' total FLOPs stand in (no layer counts, no FLOPs by kind)",
+            facts_path or cm.FACTS_FILE,
+        )
+    references = {str(folder): load_records(Path(folder)) for folder in reference_folders}
+    reference_facts = _facts([r for rs in references.values() for r in rs], facts)
+    probes = load_probes(probe_paths)
+    host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size)
+    rows, summary, ref_constants = validation(references, facts)
+    result = {
+        "host": host,
+        "validation": rows,
+        "validation_summary": summary,
+        "constants": host_constants + ref_constants,
+        "paper": paper_implications(references, reference_facts),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in result.items():
+        write_table(out, name, table)
+    for s in summary:
+        log.info(
+            "%s %s %s: median %.1f%%, worst %.1f%% (%s)",
+            s["source"],
+            s["device"],
+            s["variant"],
+            s["median_abs_error_percent"],
+            s["worst_abs_error_percent"],
+            s["worst_model"],
+        )
+    return result
+
+
+def tables(folder: Path | str = "results/predict") -> dict[str, list[dict]]:
+    """The prediction tables as lists of rows, ready to render; a missing table is an empty list."""
+    folder = Path(folder)
+    return {
+        name: json.loads((folder / f"{name}.json").read_text()) if (folder / f"{name}.json").exists() else []
+        for name in TABLES
+    }
