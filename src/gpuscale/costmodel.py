@@ -275,11 +275,12 @@ def _fit_constants(obs: list[Observation], facts: dict[str, ModelFacts], prior: 
         targets.append(o.epoch_seconds * (1.0 - wait))  # compute only: the instrumented steps' share not waiting
     a, b = np.array(rows, dtype=float), np.array(targets)
     weights = 1.0 / b  # relative error: a 10 s epoch counts as much as a 1000 s one
-    coef = dict(zip(columns, nnls(a * weights[:, None], b * weights), strict=True))
+    a = a * weights[:, None]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0  # columns of very different scale (steps against images x FLOPs): solve them scaled
+    coef = dict(zip(columns, nnls(a / norms, b * weights) / norms, strict=True))
     rates = {k: coef["dense"] * _kind_ratio(prior, k) for k in KINDS if k not in own}
     rates.update({k: coef[k] for k in own})
-    if not coef["dense"] and any(v > 0 for v in rates.values()):
-        pass  # a kind-only fit: the dense rate stays zero, which the table shows
     return coef["fixed"], coef.get("layer", 0.0), rates
 
 

@@ -8,7 +8,9 @@ HELP = "probe records and model facts -> predicted epochs and speedups, validate
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--probes", nargs="*", default=[], metavar="FILE", help="probe records (gpuscale probe)")
+    parser.add_argument(
+        "--probes", default="results/probe", help="folder of probe records: <device>.json per study device"
+    )
     parser.add_argument("--facts", help="model facts file (default: the package's modelfacts.json)")
     parser.add_argument("--out", default="results/predict")
 
@@ -18,7 +20,7 @@ def run(args) -> int:
 
     config = cli.load_params(args)
     predict.run(
-        [Path(p) for p in args.probes if Path(p).exists()],
+        [p for d in config["study"]["devices"] if (p := Path(args.probes) / f"{d}.json").exists()],
         config["report"]["reference"],
         Path(args.out),
         list(models.MODEL_NAMES),

@@ -1,0 +1,76 @@
+# Prediction: a probe per device (about a minute each, one timing job at a time), then the cost model's
+# tables; and, before the first training job, each pending timing job's predicted duration (onstart).
+# docs/prediction.md explains the model and its validation.
+
+PREDICT_CODE = {
+    "probe": [
+        f"{PKG}/cli.py", f"{PKG}/commands/probe.py", f"{PKG}/params.py", f"{PKG}/probe.py", f"{PKG}/train.py",
+        f"{PKG}/loaders.py", f"{PKG}/data.py", f"{PKG}/envinfo.py", f"{PKG}/fsutil.py",
+        f"{PKG}/schemas/params.schema.yaml", f"{PKG}/schemas/probe-record.schema.json",
+    ],
+    "predict": [
+        f"{PKG}/cli.py", f"{PKG}/commands/predict.py", f"{PKG}/params.py", f"{PKG}/predict.py",
+        f"{PKG}/costmodel.py", f"{PKG}/paper.py", f"{PKG}/models.py", f"{PKG}/record.py", f"{PKG}/fsutil.py",
+        f"{PKG}/schemas/run-record.schema.json",
+    ],
+}
+PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "paper"]
+
+
+def probe_records():
+    return [f"results/probe/{device}.json" for device in config["study"]["devices"]]
+
+
+def predict_targets():
+    return [f"results/predict/{name}.{ext}" for name in PREDICT_TABLES for ext in ("csv", "json")]
+
+
+rule probe:
+    input:
+        host=rules.host.output.host,
+        code=PREDICT_CODE["probe"],
+    output:
+        probe="results/probe/{device}.json",
+    params:
+        seconds=lambda wildcards: config["predict"]["probe_seconds"],
+        train=lambda wildcards: config["train"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/probe/{device}.log",
+    wildcard_constraints:
+        device=r"cpu|cuda(-\d+)?|mps",
+    threads: train_threads
+    resources:
+        timing_slot=1,
+    message:
+        "Probing {wildcards.device}: layer rates, step costs, input pipeline"
+    shell:
+        "gpuscale probe {params.params_args} --device {wildcards.device} --threads {threads}"
+        " --out {output.probe} --log {log}"
+
+
+rule predict:
+    input:
+        probes=probe_records(),
+        reference=reference_records(),
+        code=PREDICT_CODE["predict"],
+    output:
+        tables=predict_targets(),
+    params:
+        devices=lambda wildcards: config["study"]["devices"],
+        reference=lambda wildcards: config["report"]["reference"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/predict.log",
+    message:
+        "Predicting epochs and speedups; validating the cost model on the reference studies"
+    shell:
+        "gpuscale predict {params.params_args} --probes results/probe --out results/predict --log {log}"
+
+
+onstart:
+    # Before the first training job: what each pending timing job should cost, and past an hour the faster routes.
+    if not config["predict"]["only"]:
+        done = subprocess.run(["gpuscale", "estimate", *PARAMS_ARGS.split()], check=False)
+        if done.returncode:
+            print("gpuscale: the duration estimate failed (see above); the study runs anyway", file=sys.stderr)
