@@ -201,3 +201,28 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     (speedup,) = [s for s in got["validation_summary"] if s["device"] == "speedup"]
     assert speedup["meets_target"] is True and speedup["models"] == 6
     assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
+
+
+def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):
+    from gpuscale import estimate, params
+
+    config = params.load()
+    config["study"].update(models=["simplecnn", "resnet18"], devices=["cpu"])
+    monkeypatch.chdir(tmp_path)
+    done = tmp_path / params.record_path("simplecnn", "cpu", "paper", 0)
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")  # already measured: not pending
+    slow = {**probe_record(fixed=1.0, layer=0.1), "environment": {"host_fingerprint": "x"}}
+    monkeypatch.setattr(estimate.envinfo, "host_fingerprint", lambda: "x")
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "cpu.json").write_text(json.dumps(slow))
+    monkeypatch.setattr(estimate, "model_facts", lambda names: {"resnet18": A})
+    lines = []
+    total = estimate.run(config, tmp_path / "probe", echo=lines.append)
+    # 10 epochs of 391 steps at 1 + 10 * 0.1 s plus 50,000 images at 2e-3 s, evaluation 10,000 * 2e-3 / 3,
+    # and 50 phase-profile steps
+    epoch = 391 * 2.0 + 50_000 * 2e-3
+    assert total == pytest.approx(10 * (epoch + 10_000 * 2e-3 / 3) + 50 * epoch / 391, rel=1e-12)
+    assert lines[1].startswith("  results/runs/resnet18/cpu/paper-seed0.json: 2.5 h [probe ")
+    assert len([line for line in lines if line.startswith("  results/")]) == 1
+    assert "more than an hour" in lines[-4] and "quick preset" in lines[-3] and "predict preset" in lines[-1]

@@ -75,3 +75,17 @@ def test_predict_preset_runs_host_probe_predict_without_training(tmp_path):
     assert ("speedup", "paper") in summary  # the shipped reference study, leave-one-model-out
     assert {r["model"] for r in tables["paper"]} == {"simplecnn", "resnet18", "resnet50"}
     assert "predicted duration" not in done.stdout + done.stderr  # no training: no up-front estimate
+
+
+def test_training_progress_lines_carry_the_jobs_eta(prepared, tmp_path, caplog):
+    import re
+
+    from test_train import tiny_settings
+
+    from gpuscale import train
+
+    caplog.set_level("INFO")
+    train.run(tiny_settings(epochs=2), prepared, tmp_path / "run.json", threads=1)
+    progress = [m for m in caplog.messages if " step " in m and "loss" in m]
+    assert progress and all(re.search(r"job ETA \d+ s$", m) for m in progress)
+    assert progress[-1].endswith("job ETA 0 s")  # the last step of the last epoch: nothing left

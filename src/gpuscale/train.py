@@ -532,14 +532,18 @@ def _run(
             )
     first_epoch = len(epochs) + 1
     setup_seconds = time.perf_counter() - wall_start
+    loop_start = time.perf_counter()
+    timed_steps = min(steps_per_epoch, train_settings["max_steps_per_epoch"] or steps_per_epoch)
     for epoch in range(first_epoch, epochs_total + 1):
 
         def progress(step, images_seen, loss_sum, start, epoch=epoch):
             if step % every == 0 or step == steps_per_epoch:
                 loss = loss_sum() / images_seen  # syncs, so only every `every` steps
                 rate = images_seen / (time.perf_counter() - start)
+                done = epoch - first_epoch + step / timed_steps  # epochs of this process, evaluations included
+                eta = (time.perf_counter() - loop_start) / done * (epochs_total - first_epoch + 1 - done)
                 log.info(
-                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s",
+                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s, job ETA %.0f s",
                     tag,
                     epoch,
                     epochs_total,
@@ -547,6 +551,7 @@ def _run(
                     steps_per_epoch,
                     loss,
                     rate,
+                    eta,
                 )
 
         learning_rate = optimizer.param_groups[0]["lr"]
