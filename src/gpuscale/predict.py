@@ -242,3 +242,30 @@ def tables(folder: Path | str = "results/predict") -> dict[str, list[dict]]:
         name: json.loads((folder / f"{name}.json").read_text()) if (folder / f"{name}.json").exists() else []
         for name in TABLES
     }
+
+
+def host_beside_reference(folder: Path | str = "results/predict") -> list[dict]:
+    """One row per registry model: this host's predicted epochs and speedup (band included), beside each
+    reference study's measured ones (the validation rows' `measured`). Columns: model, then
+    predicted_{cpu,gpu}_epoch_seconds, predicted_speedup, predicted_speedup_low/high, bound, and per reference
+    `<source>: cpu_epoch_seconds`, `<source>: gpu_epoch_seconds`, `<source>: speedup` (None where not measured)."""
+    got = tables(folder)
+    rows: dict[str, dict] = {}
+    for r in got["host"]:
+        row = rows.setdefault(r["model"], {"model": r["model"]})
+        if r["quantity"] == "speedup":
+            row.update(
+                predicted_speedup=r["predicted"],
+                predicted_speedup_low=r["low"],
+                predicted_speedup_high=r["high"],
+                bound=r["bound"],
+            )
+        else:
+            side = "cpu" if r["device"] == "cpu" else "gpu"
+            row[f"predicted_{side}_epoch_seconds"] = r["predicted"]
+    for r in got["validation"]:
+        if r["variant"] != "paper" or r["model"] not in rows:
+            continue
+        name = {"cpu": "cpu_epoch_seconds", "speedup": "speedup"}.get(r["device"], "gpu_epoch_seconds")
+        rows[r["model"]][f"{r['source']}: {name}"] = r["measured"]
+    return list(rows.values())
