@@ -187,6 +187,10 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
             "layers": f.layers,
         }
     (tmp_path / "facts.json").write_text(json.dumps(facts_doc))
+    (ref / "probe").mkdir()
+    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):  # the constants that made the epochs
+        made = probe_record(device, fixed=0.02, layer=0.002, rates={"conv": rate}, pipeline=1e12)
+        (ref / "probe" / f"{device}.json").write_text(json.dumps(made))
     probes = tmp_path / "probe.json"
     probes.write_text(json.dumps(probe_record()))
     monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))  # hand-made, partial records
@@ -198,8 +202,10 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     assert set(got) == set(predict.TABLES)
     assert [(r["model"], r["device"]) for r in got["host"]] == [("m0", "cpu"), ("m3", "cpu")]
     assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
-    (speedup,) = [s for s in got["validation_summary"] if s["device"] == "speedup"]
-    assert speedup["meets_target"] is True and speedup["models"] == 6
+    speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
+    assert [s["source"] for s in speedups] == [f"{ref} (probe only)", str(ref)]
+    assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
+    assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
     assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
 
 

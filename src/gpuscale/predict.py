@@ -122,14 +122,66 @@ def host_predictions(
     return rows, constants
 
 
-def validation(references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts]) -> tuple[list, list, list]:
+def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict[str, dict]) -> list[dict]:
+    """Each measured `paper` model predicted from the study's own probe records alone (no records fitted)."""
+    cals = {d: cm.from_probe(p) for d, p in probes.items() if p.get("status") == "measured"}
+    rows, by_key = [], {(o.model, o.device): o for o in obs if o.variant == "paper"}
+    for (model, device), o in sorted(by_key.items()):
+        if device not in cals:
+            continue
+        p = cm.predict_epoch(cals[device], facts[model], o.images, math.ceil(o.images / o.steps))
+        rows.append(
+            {
+                "source": f"{o.source} (probe only)",
+                "model": model,
+                "device": device,
+                "variant": "paper",
+                "quantity": "epoch_seconds",
+                "predicted": p["epoch_seconds"],
+                "measured": o.epoch_seconds,
+                "error_percent": cm.percent_error(p["epoch_seconds"], o.epoch_seconds),
+                "bound": p["bound"],
+                "calibration": "probe",
+            }
+        )
+    for model in sorted({m for m, _ in by_key}):
+        cpu = next((r for r in rows if r["model"] == model and r["device"] == "cpu"), None)
+        gpu = next((r for r in rows if r["model"] == model and r["device"] == "cuda"), None)
+        if cpu and gpu:
+            predicted, measured = cpu["predicted"] / gpu["predicted"], cpu["measured"] / gpu["measured"]
+            rows.append(
+                {
+                    **gpu,
+                    "device": "speedup",
+                    "quantity": "speedup",
+                    "predicted": predicted,
+                    "measured": measured,
+                    "error_percent": cm.percent_error(predicted, measured),
+                }
+            )
+    return rows
+
+
+def validation(
+    references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts], probes: dict[str, dict] | None = None
+) -> tuple[list, list, list]:
+    """Leave-one-model-out per reference study; and, where the study ships probe records (<folder>/probe/
+    <device>.json, made on its host), every model predicted from those probes alone."""
     rows, summary, constants = [], [], []
     for name, records in references.items():
         obs = cm.observations(records, name)
         mine = _facts(records, facts)
         got = cm.leave_one_model_out(obs, mine)
+        folder_probes = (probes or {}).get(name) or {}
+        if folder_probes:
+            alone = probe_only(obs, mine, folder_probes)
+            got += alone
+            for s in cm.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+                summary.append({"source": f"{name} (probe only)", **s})
         rows += got
-        for s in cm.summarize(got, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+        for s in cm.summarize(
+            [r for r in got if r["calibration"] != "probe"], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT
+        ):
             summary.append({"source": name, **s})
         for device, variant in sorted({(o.device, o.variant) for o in obs}):
             group = [o for o in obs if o.device == device and o.variant == variant]
@@ -211,7 +263,10 @@ def run(
     reference_facts = _facts([r for rs in references.values() for r in rs], facts)
     probes = load_probes(probe_paths)
     host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size)
-    rows, summary, ref_constants = validation(references, facts)
+    reference_probes = {
+        str(folder): load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in reference_folders
+    }
+    rows, summary, ref_constants = validation(references, facts, reference_probes)
     result = {
         "host": host,
         "validation": rows,
