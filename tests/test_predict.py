@@ -89,3 +89,13 @@ def test_training_progress_lines_carry_the_jobs_eta(prepared, tmp_path, caplog):
     progress = [m for m in caplog.messages if " step " in m and "loss" in m]
     assert progress and all(re.search(r"job ETA \d+ s$", m) for m in progress)
     assert progress[-1].endswith("job ETA 0 s")  # the last step of the last epoch: nothing left
+
+
+@pytest.mark.e2e
+def test_the_workflow_prints_the_predicted_duration_before_any_training_job(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(repo / "tiny.yaml", {**TINY, "study": {**TINY["study"], "models": ["simplecnn", "resnet18"]}})
+    done = run(["snakemake", "results/host.json", "--cores", "1", "--configfile", "tiny.yaml"], repo)
+    out = done.stdout + done.stderr
+    assert "predicted duration of the 2 timing jobs to run" in out
+    assert "results/runs/resnet18/cpu/paper-seed0.json: " in out and "total predicted" in out
