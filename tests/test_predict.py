@@ -99,3 +99,22 @@ def test_the_workflow_prints_the_predicted_duration_before_any_training_job(tmp_
     out = done.stdout + done.stderr
     assert "predicted duration of the 2 timing jobs to run" in out
     assert "results/runs/resnet18/cpu/paper-seed0.json: " in out and "total predicted" in out
+
+
+def test_with_a_study_plan_progress_lines_add_the_jobs_still_to_come(prepared, tmp_path, caplog, monkeypatch):
+    from test_train import tiny_settings
+
+    from gpuscale import train
+
+    (tmp_path / "logs").mkdir()
+    plan = tmp_path / "logs" / "study-plan.json"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "done.json").write_text("{}")
+    jobs = {"results/run.json": 5.0, "results/next.json": 1000.0, "results/done.json": 50.0}
+    plan.write_text(json.dumps({"jobs": jobs}))
+    monkeypatch.setenv("GPUSCALE_STUDY_PLAN", str(plan))
+    caplog.set_level("INFO")
+    train.run(tiny_settings(epochs=1), prepared, tmp_path / "results" / "run.json", threads=1)
+    progress = [m for m in caplog.messages if " step " in m and "loss" in m]
+    # the last step: nothing left of this job; of the others only next.json (done.json exists, run.json is this)
+    assert progress[-1].endswith("job ETA 0 s, study ETA 1000 s")

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from gpuscale import costmodel as cm
-from gpuscale import envinfo
+from gpuscale import envinfo, fsutil
 from gpuscale import params as params_mod
 
 log = logging.getLogger("gpuscale.estimate")
 
 HOUR = 3600.0
+# The workflow's onstart writes the plan (record -> predicted seconds) here and names it in this variable,
+# so each training job's progress lines can add the predicted seconds of the jobs still to come.
+PLAN_ENV = "GPUSCALE_STUDY_PLAN"
 FASTER_ROUTES = (
     "the quick preset (a 5,000-image subset, 1 epoch, CPU: `snakemake --cores 2 --configfile config/quick.yaml`)",
     "the sampled protocol (an overlay with `train: {max_steps_per_epoch: 20}`: each epoch times 20 steps and"
@@ -89,9 +93,34 @@ def human(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def run(config: dict, probe_dir: Path = Path("results/probe"), quick_seconds: float = 3.0, echo=print) -> float:
-    """Print each pending timing job's predicted duration and the total; returns the total seconds."""
+def study_eta_seconds(job_eta: float, own_record: Path | str) -> float | None:
+    """This job's ETA plus the predicted seconds of the plan's other jobs whose records do not exist yet;
+    None without a plan (a job run by hand, or on a cluster that does not pass the variable on)."""
+    path = os.environ.get(PLAN_ENV)
+    if not path:
+        return None
+    try:
+        jobs = json.loads(Path(path).read_text())["jobs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    root, own = Path(path).resolve().parent.parent, Path(own_record).resolve()
+    rest = sum(s for record, s in jobs.items() if (root / record).resolve() != own and not (root / record).exists())
+    return job_eta + rest
+
+
+def run(
+    config: dict,
+    probe_dir: Path = Path("results/probe"),
+    quick_seconds: float = 3.0,
+    echo=print,
+    plan: Path | None = None,
+) -> float:
+    """Print each pending timing job's predicted duration and the total; returns the total seconds.
+    plan: also write {"jobs": {record: seconds}} there (logs/study-plan.json under the workflow)."""
     jobs = pending_jobs(config)
+    planned: dict[str, float] = {}
+    if plan is not None:
+        fsutil.write_json(plan, {"jobs": planned})
     if not jobs:
         return 0.0
     facts = model_facts({j["model"] for j in jobs})
@@ -116,8 +145,11 @@ def run(config: dict, probe_dir: Path = Path("results/probe"), quick_seconds: fl
             train["phase_profile_steps"],
         )
         total += seconds
+        planned[job["record"]] = seconds
         note = "" if job["variant"] == "paper" else f" (variant {job['variant']} predicted as paper)"
         echo(f"  {job['record']}: {human(seconds)}{note} [{how}]")
+    if plan is not None:
+        fsutil.write_json(plan, {"jobs": planned})
     echo(f"gpuscale: total predicted {human(total)}; the band is about x/÷ 1.5 (docs/prediction.md)")
     if total > HOUR:
         echo(f"gpuscale: this study is predicted to run for more than an hour ({human(total)}). Faster routes:")

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, loaders, nets, record, sampling, variants
+from gpuscale import energy, envinfo, estimate, loaders, nets, record, sampling, variants
 from gpuscale.models import MODELS
 from gpuscale.params import data_parallel_size
 
@@ -542,8 +542,9 @@ def _run(
                 rate = images_seen / (time.perf_counter() - start)
                 done = epoch - first_epoch + step / timed_steps  # epochs of this process, evaluations included
                 eta = (time.perf_counter() - loop_start) / done * (epochs_total - first_epoch + 1 - done)
+                study = estimate.study_eta_seconds(eta, out)
                 log.info(
-                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s, job ETA %.0f s",
+                    "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s, job ETA %.0f s%s",
                     tag,
                     epoch,
                     epochs_total,
@@ -552,6 +553,7 @@ def _run(
                     loss,
                     rate,
                     eta,
+                    "" if study is None else f", study ETA {study:.0f} s",
                 )
 
         learning_rate = optimizer.param_groups[0]["lr"]

@@ -71,6 +71,8 @@ rule predict:
 onstart:
     # Before the first training job: what each pending timing job should cost, and past an hour the faster routes.
     if not config["predict"]["only"]:
-        done = subprocess.run(["gpuscale", "estimate", *PARAMS_ARGS.split()], check=False)
+        plan = os.path.abspath("logs/study-plan.json")
+        done = subprocess.run(["gpuscale", "estimate", *PARAMS_ARGS.split(), "--plan", plan], check=False)
+        os.environ["GPUSCALE_STUDY_PLAN"] = plan  # training jobs started from here add the jobs still to come
         if done.returncode:
             print("gpuscale: the duration estimate failed (see above); the study runs anyway", file=sys.stderr)
