@@ -228,7 +228,32 @@ def paper_implications(references: dict[str, list[dict]], facts: dict[str, cm.Mo
     for r in rows:
         ref = base.get((r["source"], r["device"]))
         r["rate_vs_resnet18"] = r["effective_gflops_per_second"] / ref if ref else None
+        r["cost_model_epoch_seconds"] = None
+    paper_fits = paper_cost_model(facts)
+    for r in rows:
+        fitted = paper_fits.get(r["device"])
+        if fitted and r["source"].startswith("paper"):
+            cal = fitted
+            r["cost_model_epoch_seconds"] = cm.predict_epoch(cal, facts[r["model"]], 50_000, 128)["epoch_seconds"]
     return rows
+
+
+def paper_cost_model(facts: dict[str, cm.ModelFacts]) -> dict[str, cm.Calibration]:
+    """The cost model's constants (fixed, per-layer, one rate; non-negative) fitted to the paper's three points
+    per device, where the model facts give layer counts: how close any hardware of the model's form comes."""
+    fits = {}
+    for device, column in (("cpu", "cpu_seconds"), ("cuda", "gpu_seconds")):
+        obs = [
+            cm.Observation("paper", None, r["model"], device, "paper", r[column] / paper.EPOCHS, 50_000, 391, 0.0, 1)
+            for r in paper.ROWS
+            if r["model"] in facts and facts[r["model"]].layers
+        ]
+        if len(obs) == len(paper.ROWS):
+            fixed, layer, rates = cm._fit_constants(obs, facts, None)
+            fits[device] = cm.Calibration(
+                device, "paper", "paper's three points", fixed, layer, rates, None, models=tuple(o.model for o in obs)
+            )
+    return fits
 
 
 def write_table(out: Path, name: str, rows: list[dict]) -> None:
@@ -267,11 +292,14 @@ def run(
         str(folder): load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in reference_folders
     }
     rows, summary, ref_constants = validation(references, facts, reference_probes)
+    paper_constants = [
+        {"fitted_on": "the paper's three points", **c.constants()} for c in paper_cost_model(reference_facts).values()
+    ]
     result = {
         "host": host,
         "validation": rows,
         "validation_summary": summary,
-        "constants": host_constants + ref_constants,
+        "constants": host_constants + ref_constants + paper_constants,
         "paper": paper_implications(references, reference_facts),
     }
     out.mkdir(parents=True, exist_ok=True)
