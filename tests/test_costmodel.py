@@ -232,3 +232,16 @@ def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes
     assert lines[1].startswith("  results/runs/resnet18/cpu/paper-seed0.json: 2.5 h [probe ")
     assert len([line for line in lines if line.startswith("  results/")]) == 1
     assert "more than an hour" in lines[-4] and "quick preset" in lines[-3] and "predict preset" in lines[-1]
+
+
+def test_no_cpu_of_the_models_form_reproduces_the_papers_three_points():
+    facts = {
+        "simplecnn": cm.ModelFacts("simplecnn", 554_474, 62_928_000, {"conv": 62_928_000}, layers=5),
+        "resnet18": cm.ModelFacts("resnet18", 11_181_642, 217_282_560, {"conv": 217_282_560}, layers=41),
+        "resnet50": cm.ModelFacts("resnet50", 23_528_522, 495_771_648, {"conv": 495_771_648}, layers=107),
+    }
+    fits = predict.paper_cost_model(facts)
+    cpu = cm.predict_epoch(fits["cpu"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
+    gpu = cm.predict_epoch(fits["cuda"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
+    assert cpu / 544.367 - 1 < -0.5  # the i9's resnet50 epoch is far above what its other two points imply
+    assert abs(gpu / 13.408 - 1) < 0.2
