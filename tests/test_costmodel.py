@@ -28,6 +28,12 @@ def probe_record(device="cpu", fixed=0.01, layer=0.001, rates=None, pipeline=500
         "layer_seconds": layer,
         "input_pipeline_images_per_second": pipeline,
         "environment": {"host_fingerprint": fingerprint},
+        "budget_seconds": 1.0,
+        "batch_size": 100,
+        "host_to_device_bytes_per_second": None,
+        "started_at": "2026-12-03T00:00:00+00:00",
+        "finished_at": "2026-12-03T00:00:01+00:00",
+        "elapsed_seconds": 1.0,
     }
 
 
@@ -207,6 +213,9 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
     assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
     assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
+    (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
+    with pytest.raises(cm.CostModelError, match=r"cuda.json: fixed_step_seconds: -1 is less than the minimum of 0"):
+        predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import math
+from importlib import resources
 from pathlib import Path
 
 from gpuscale import costmodel as cm
@@ -36,11 +37,22 @@ def load_records(folder: Path) -> list[dict]:
 
 
 def load_probes(paths: list[Path]) -> dict[str, dict]:
+    """Probe records by device, each checked against schemas/probe-record.schema.json (torch-free)."""
+    import jsonschema
+
+    schema = json.loads(resources.files("gpuscale").joinpath("schemas/probe-record.schema.json").read_text())
     probes = {}
     for path in paths:
-        probe = json.loads(Path(path).read_text())
-        if probe.get("kind") != "gpuscale.probe":
-            raise cm.CostModelError(f"{path}: not a probe record (kind {probe.get('kind')!r})")
+        try:
+            probe = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise cm.CostModelError(f"{path}: unreadable probe record ({err})") from None
+        if not isinstance(probe, dict) or probe.get("kind") != "gpuscale.probe":
+            raise cm.CostModelError(f"{path}: not a probe record")
+        error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(probe))
+        if error is not None:
+            where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+            raise cm.CostModelError(f"{path}: {where}: {error.message}")
         probes[probe["device"]] = probe
     return probes
 

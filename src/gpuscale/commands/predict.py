@@ -16,16 +16,22 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import cli, models, predict
+    import sys
+
+    from gpuscale import cli, costmodel, models, predict
 
     config = cli.load_params(args)
-    predict.run(
-        [p for d in config["study"]["devices"] if (p := Path(args.probes) / f"{d}.json").exists()],
-        config["report"]["reference"],
-        Path(args.out),
-        list(models.MODEL_NAMES),
-        images=config["data"]["train_size"] or 50_000,
-        batch_size=config["train"]["batch_size"],
-        facts_path=Path(args.facts) if args.facts else None,
-    )
+    try:
+        predict.run(
+            [p for d in config["study"]["devices"] if (p := Path(args.probes) / f"{d}.json").exists()],
+            config["report"]["reference"],
+            Path(args.out),
+            list(models.MODEL_NAMES),
+            images=config["data"]["train_size"] or 50_000,
+            batch_size=config["train"]["batch_size"],
+            facts_path=Path(args.facts) if args.facts else None,
+        )
+    except costmodel.CostModelError as err:
+        print(f"gpuscale predict: error: {err}", file=sys.stderr)
+        return 2
     return 0

@@ -13,10 +13,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from gpuscale import cli, probe
 
     config = cli.load_params(args)
     budget = args.seconds or config["predict"]["probe_seconds"]
-    doc = probe.run(args.device, config["train"], budget, threads=args.threads)
-    probe.write(args.out, doc)
+    try:
+        doc = probe.run(args.device, config["train"], budget, threads=args.threads)
+        probe.write(args.out, doc)
+    except probe.ProbeError as err:
+        print(f"gpuscale probe: error: {err}", file=sys.stderr)
+        return 2
     return 0
