@@ -254,3 +254,10 @@ def test_no_cpu_of_the_models_form_reproduces_the_papers_three_points():
     gpu = cm.predict_epoch(fits["cuda"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
     assert cpu / 544.367 - 1 < -0.5  # the i9's resnet50 epoch is far above what its other two points imply
     assert abs(gpu / 13.408 - 1) < 0.2
+
+
+def test_a_thread_sweep_job_is_slower_than_the_probe_by_amdahls_law():
+    from gpuscale import estimate
+
+    assert estimate.thread_factor(1, 16) == pytest.approx(1 / (0.1 + 0.9 / 16), rel=1e-12)  # 6.4x
+    assert estimate.thread_factor(16, 16) == estimate.thread_factor(None, 16) == 1.0

@@ -31,6 +31,19 @@ FASTER_ROUTES = (
 )
 
 
+# Amdahl's parallel fraction of a CPU training step, for jobs that run on fewer threads than the probe did
+# (the thread sweep): the reference study's thread sweep fitted 0.71 to 0.91 for its three models.
+CPU_PARALLEL_FRACTION = 0.9
+
+
+def thread_factor(job_threads: int | None, probe_threads: int | None) -> float:
+    """How much longer a CPU step takes on job_threads than on the probe's threads (Amdahl, P = 0.9)."""
+    if not job_threads or not probe_threads or job_threads == probe_threads:
+        return 1.0
+    p = CPU_PARALLEL_FRACTION
+    return ((1 - p) + p / job_threads) / ((1 - p) + p / probe_threads)
+
+
 def pending_jobs(config: dict, root: Path = Path(".")) -> list[dict]:
     """Timing jobs of the study and its sweeps whose record does not exist yet, with their settings."""
     jobs = []
@@ -69,20 +82,23 @@ def model_facts(names: set[str]) -> dict[str, cm.ModelFacts]:
     return facts
 
 
-def calibration(device: str, config: dict, probe_dir: Path, quick_seconds: float) -> tuple[cm.Calibration | None, str]:
+def calibration(
+    device: str, config: dict, probe_dir: Path, quick_seconds: float
+) -> tuple[cm.Calibration | None, str, int | None]:
+    """(constants, where they came from, the probe's threads)."""
     path = probe_dir / f"{device}.json"
     if path.exists():
         doc = json.loads(path.read_text())
         if doc.get("environment", {}).get("host_fingerprint") == envinfo.host_fingerprint():
             if doc.get("status") != "measured":
-                return None, f"not measured ({doc.get('not_measured_reason')})"
-            return cm.from_probe(doc), f"probe {path}"
+                return None, f"not measured ({doc.get('not_measured_reason')})", None
+            return cm.from_probe(doc), f"probe {path}", doc.get("threads")
     from gpuscale import probe
 
     doc = probe.run(device, config["train"], quick_seconds, quick=True)
     if doc["status"] != "measured":
-        return None, f"not measured ({doc['not_measured_reason']})"
-    return cm.from_probe(doc), f"quick rate check ({quick_seconds:g} s)"
+        return None, f"not measured ({doc['not_measured_reason']})", None
+    return cm.from_probe(doc), f"quick rate check ({quick_seconds:g} s)", doc["threads"]
 
 
 def human(seconds: float) -> str:
@@ -128,7 +144,7 @@ def run(
     total = 0.0
     echo(f"gpuscale: predicted duration of the {len(jobs)} timing jobs to run (cost model, docs/prediction.md):")
     for job in jobs:
-        cal, how = cals[job["device"]]
+        cal, how, probe_threads = cals[job["device"]]
         train = job["settings"]["train"]
         if cal is None:
             echo(f"  {job['record']}: ~0 s, device {how}")
@@ -144,6 +160,8 @@ def run(
             train["max_steps_per_epoch"],
             train["phase_profile_steps"],
         )
+        if job["device"] == "cpu":
+            seconds *= thread_factor(train.get("cpu_threads"), probe_threads)
         total += seconds
         planned[job["record"]] = seconds
         note = "" if job["variant"] == "paper" else f" (variant {job['variant']} predicted as paper)"
