@@ -21,10 +21,13 @@ validate(config, "workflow/schemas/params.schema.yaml", set_default=False)
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/predict.smk"
 
 
 rule all:
     default_target: True
     input:
-        records=all_records(),
-        report="reports/index.html",
+        # predict.only (config/predict.yaml): the probe and the predictions, no training.
+        records=[] if config["predict"]["only"] else all_records(),
+        report=[] if config["predict"]["only"] else "reports/index.html",
+        predictions=predict_targets(),

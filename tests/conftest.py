@@ -82,6 +82,7 @@ TINY = {
         "log_every_steps": 2,
         "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False},
     },
+    "predict": {"probe_seconds": 2},
 }
 
 

@@ -23,9 +23,7 @@ def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
             pl.lit(None, dtype=pl.Float64).alias("speedup"),
         )
     )
-    lines = charts._fit_lines(
-        speedup, out["fits"], "train_flops_per_image", charts.FIT_FLOPS
-    )
+    lines = charts._fit_lines(speedup, out["fits"], "train_flops_per_image", charts.FIT_FLOPS)
     assert not lines.is_empty()
     assert lines["train_flops_per_image"].max() <= max(records.FLOPS.values()) * 1.000001
 

@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "charts": ("charts", "tables -> Altair charts (HTML, SVG, Vega-Lite JSON)"),
     "report": ("report", "tables and charts -> one offline HTML page"),
     "models": ("models", "list the model registry with parameters and FLOPs"),
+    "probe": ("probe", "measure a device's layer throughputs, step costs and input pipeline (about a minute)"),
+    "predict": ("predict", "probe records and model facts -> predicted epochs and speedups, validated"),
+    "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),
 }
 DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the stages of the Snakemake/DVC workflow)"
 EXIT_USAGE = 2

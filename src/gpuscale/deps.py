@@ -34,11 +34,15 @@ STAGE_COMMANDS = {
     "aggregate": "aggregate",
     "charts": "charts",
     "report": "report",
+    "probe": "probe",
+    "predict": "predict",
 }
 
 # The params keys each stage reads (DVC reruns a stage when one changes; Snakemake passes the same
 # values as rule params). ${item.x} is the stage's matrix value; `gpuscale.params.select` resolves them.
 STAGE_PARAMS = {
+    "probe": ["predict.probe_seconds", "train"],
+    "predict": ["study.devices", "report.reference", "train.batch_size", "data.train_size"],
     "host": [],
     "data": ["data"],
     "train": ["study.on_missing_device", "study.label", "variants.${item.variant}", "train", "models.${item.model}"],

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, loaders, nets, record, sampling, timinglock, variants
+from gpuscale import energy, envinfo, eta, loaders, nets, record, sampling, timinglock, variants
 from gpuscale.models import MODELS
 from gpuscale.settings import DeviceSpec, RunSettings, TrainSettings
 
@@ -397,7 +397,9 @@ class RunContext:
     ctx: object | None = None  # gpuscale.distributed.Context of a data-parallel run
     distributed: dict | None = None
     tag: str = ""
-    environment: dict = field(default_factory=dict)  # envinfo.capture, once the device is set up
+    environment: dict = field(default_factory=dict)
+    first_epoch: int = 1
+    loop_start: float = 0.0  # envinfo.capture, once the device is set up
     started_at: str = field(default_factory=now_iso)
     wall_start: float = field(default_factory=time.perf_counter)
     setup_seconds: float = 0.0  # from the start to the first epoch this process trains
@@ -631,6 +633,7 @@ def train_epochs(run_ctx: RunContext, training: Training, meters, manifest_sha25
         epochs, segments, ckpt = resume_state(run_ctx, training, manifest_sha256, segment)
     first_epoch, epochs_total = len(epochs) + 1, run_ctx.train.epochs
     run_ctx.setup_seconds = time.perf_counter() - run_ctx.wall_start
+    run_ctx.first_epoch, run_ctx.loop_start = first_epoch, time.perf_counter()  # for the progress lines' ETA
     for epoch in range(first_epoch, epochs_total + 1):
         stats = one_epoch(run_ctx, training, meters, epoch)
         # warm-up: the first epoch this process ran (cuDNN autotuning, compilation, worker start, lazy init)
@@ -645,13 +648,18 @@ def train_epochs(run_ctx: RunContext, training: Training, meters, manifest_sha25
 
 def _progress(run_ctx: RunContext, epoch: int, steps_per_epoch: int):
     every, tag, epochs_total = run_ctx.train.log_every_steps, run_ctx.tag, run_ctx.train.epochs
+    timed_steps = min(steps_per_epoch, run_ctx.train.max_steps_per_epoch or steps_per_epoch)
+    first_epoch, loop_start = run_ctx.first_epoch, run_ctx.loop_start
 
     def progress(step, images_seen, loss_sum, start):
         if step % every == 0 or step == steps_per_epoch:
             loss = loss_sum() / images_seen  # syncs, so only every `every` steps
             rate = images_seen / (time.perf_counter() - start)
+            done = epoch - first_epoch + min(step, timed_steps) / timed_steps  # this process's epochs, evaluations in
+            job_eta = (time.perf_counter() - loop_start) / done * (epochs_total - first_epoch + 1 - done)
+            study = eta.study_eta_seconds(job_eta, run_ctx.out)
             log.info(
-                "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s",
+                "%s epoch %d/%d step %d/%d loss %.4f %.0f img/s, job ETA %.0f s%s",
                 tag,
                 epoch,
                 epochs_total,
@@ -659,6 +667,8 @@ def _progress(run_ctx: RunContext, epoch: int, steps_per_epoch: int):
                 steps_per_epoch,
                 loss,
                 rate,
+                job_eta,
+                "" if study is None else f", study ETA {study:.0f} s",
             )
 
     return progress

@@ -1,0 +1,474 @@
+"""A cost model of one training epoch: predicted seconds per (model, device, variant), and the speedup.
+
+Plain numpy (no torch, no polars): the predict stage, the report and the workflow's up-front estimate use it.
+
+One step of the `paper` protocol is the slower of two things that run side by side, the input pipeline
+(DataLoader workers) and the device's compute, so an epoch of `images` images in `steps` steps takes
+
+    epoch = max(images * loader_seconds_per_image,
+                steps * (fixed_step_seconds + layers * layer_seconds) + images * sum_k flops_k * seconds_per_flop_k)
+
+with flops_k a model's training FLOPs per image of kind k (conv, depthwise_conv, grouped_conv, linear,
+attention, other; see modelfacts.json) and layers its parameterised layers (kernel launches grow with them).
+The constants come from a probe record of the device (calibrated from the probe alone), or are fitted by
+non-negative least squares to measured records of the same host (refined); every constant is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+KINDS = ("conv", "depthwise_conv", "grouped_conv", "linear", "attention", "other")
+FACTS_FILE = Path(__file__).with_name("modelfacts.json")
+# A record whose instrumented steps waited for data more than this share of the step is loader-bound: it
+# measures the input pipeline, not the compute (the H200 study's `paper` GPU runs of small models).
+LOADER_BOUND_WAIT_FRACTION = 0.5
+# A kind gets its own fitted rate only when this many measured models carry at least MIN_KIND_SHARE of
+# their FLOPs in it; otherwise it shares the dense rate (scaled by the probe's ratio of the two, if known).
+MIN_MODELS_PER_KIND = 3
+MIN_KIND_SHARE = 0.2
+# Fewer measured models than this: the probe's prediction is scaled by one factor instead of a full fit.
+MIN_MODELS_FOR_FIT = 4
+# Log-error assumed for a calibration that has nothing to check itself against (probe alone).
+NOMINAL_LOG_ERROR = 0.35
+
+
+class CostModelError(ValueError):
+    """Inputs the cost model cannot use; str() says which and why."""
+
+
+# ----------------------------------------------------------------------------- model facts
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    name: str
+    parameters: int
+    train_flops_per_image: float
+    flops_by_kind: dict[str, float] | None = None  # None: only the total is known
+    layers: int | None = None
+    family: str | None = None
+
+    def kind_flops(self) -> dict[str, float]:
+        if self.flops_by_kind:
+            return {k: float(self.flops_by_kind.get(k, 0) or 0) for k in KINDS}
+        return {**dict.fromkeys(KINDS, 0.0), "conv": float(self.train_flops_per_image)}
+
+
+def load_facts(path: Path | str | None = None) -> dict[str, ModelFacts]:
+    """modelfacts.json ({"schema": 1, "models": {name: {...}}}); {} when the file does not exist."""
+    path = Path(path) if path else FACTS_FILE
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("schema") != 1:
+        raise CostModelError(f"{path}: schema is {doc.get('schema')!r}, expected 1")
+    return {
+        name: ModelFacts(
+            name=name,
+            parameters=int(m["parameters"]),
+            train_flops_per_image=float(m["train_flops_per_image"]),
+            flops_by_kind=m.get("flops_by_kind"),
+            layers=m.get("layers"),
+            family=m.get("family"),
+        )
+        for name, m in doc["models"].items()
+    }
+
+
+def facts_from_record(record: dict) -> ModelFacts:
+    """What a run record itself says of its model: parameters and total training FLOPs (no kinds, no layers)."""
+    m = record["model"]
+    return ModelFacts(m["name"], int(m["parameters"]), float(m["train_flops_per_image"]))
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One (model, device, variant) of one host: the median steady epoch over its seeds."""
+
+    source: str
+    host_fingerprint: str | None
+    model: str
+    device: str
+    variant: str
+    epoch_seconds: float
+    images: int
+    steps: int
+    data_wait_fraction: float | None
+    seeds: int
+
+
+def _steady_epoch_seconds(record: dict) -> float | None:
+    timing = record["timing"]
+    value = timing.get("steady_epoch_seconds_median")
+    if value is None:  # a one-epoch run: its only epoch
+        seconds = [e["train_seconds"] for e in record.get("epochs") or []]
+        value = statistics.median(seconds) if seconds else None
+    return value
+
+
+def observations(records: Iterable[dict], source: str) -> list[Observation]:
+    """Measured, non-sweep records -> one Observation per (model, device, variant), medians over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r.get("status") != "measured" or r["key"].get("sweep"):
+            continue
+        k = r["key"]
+        groups.setdefault((k["model"], k["device"], k["variant"]), []).append(r)
+    out = []
+    for (model, device, variant), rs in sorted(groups.items()):
+        seconds = [s for s in (_steady_epoch_seconds(r) for r in rs) if s]
+        if not seconds:
+            continue
+        first = rs[0]
+        batch = first["settings"]["train"]["batch_size"]
+        images = int(first["data"]["train_images"])
+        waits = []
+        for r in rs:
+            profile = r.get("phase_profile") or {}
+            step = profile.get("instrumented_step_seconds")
+            if step:
+                waits.append(profile["phase_seconds_per_step"]["data_wait"] / step)
+        out.append(
+            Observation(
+                source=source,
+                host_fingerprint=first["environment"].get("host_fingerprint"),
+                model=model,
+                device=device,
+                variant=variant,
+                epoch_seconds=float(statistics.median(seconds)),
+                images=images,
+                steps=math.ceil(images / batch),
+                data_wait_fraction=float(statistics.median(waits)) if waits else None,
+                seeds=len(rs),
+            )
+        )
+    return out
+
+
+def facts_for(observations_: Iterable[Observation], records_facts: dict[str, ModelFacts], facts: dict) -> dict:
+    """modelfacts.json where it has the model, else what the records say."""
+    return {o.model: facts.get(o.model) or records_facts[o.model] for o in observations_}
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+@dataclass
+class Calibration:
+    """The constants of one (device, variant): every one of them goes into the prediction tables."""
+
+    device: str
+    variant: str
+    source: str  # "probe", "records", "probe scaled by records", "records, one rate"
+    fixed_step_seconds: float = 0.0
+    layer_seconds: float = 0.0
+    seconds_per_flop: dict[str, float] = field(default_factory=dict)
+    loader_seconds_per_image: float | None = None  # None: the input pipeline never limits (device loader)
+    log_error: float = NOMINAL_LOG_ERROR  # leave-one-model-out RMS of log(predicted / measured), or nominal
+    models: tuple[str, ...] = ()
+    scale: float = 1.0  # "probe scaled by records": the factor applied to the probe's compute
+
+    def constants(self) -> dict:
+        out = asdict(self)
+        out["models"] = ",".join(self.models)
+        rates = out.pop("seconds_per_flop")
+        for kind in KINDS:
+            s = rates.get(kind)
+            out[f"{kind}_flops_per_second"] = (1.0 / s) if s else None
+        return out
+
+
+def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int) -> float:
+    per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
+    kinds = facts.kind_flops()
+    dense = cal.seconds_per_flop.get("conv", 0.0)
+    per_image = sum(flops * cal.seconds_per_flop.get(kind, dense) for kind, flops in kinds.items())
+    return cal.scale * (steps * per_step + images * per_image)
+
+
+def predict_epoch(cal: Calibration, facts: ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
+    steps = math.ceil(images / batch_size)
+    compute = compute_seconds(cal, facts, images, steps)
+    loader = images * cal.loader_seconds_per_image if cal.loader_seconds_per_image else 0.0
+    return {
+        "epoch_seconds": max(compute, loader),
+        "compute_seconds": compute,
+        "loader_seconds": loader,
+        "bound": "input pipeline" if loader > compute else "compute",
+    }
+
+
+def from_probe(probe: dict, variant: str = "paper") -> Calibration:
+    """A probe record -> the constants it measured (an eager, default-precision step; host DataLoader)."""
+    if probe.get("status") != "measured":
+        raise CostModelError(f"probe of {probe.get('device')} was not measured: {probe.get('not_measured_reason')}")
+    rates = {k: v["flops_per_second"] for k, v in probe["kinds"].items() if v and v.get("flops_per_second")}
+    if "conv" not in rates:
+        raise CostModelError("the probe record has no conv rate")
+    pipeline = probe.get("input_pipeline_images_per_second")
+    return Calibration(
+        device=probe["device"],
+        variant=variant,
+        source="probe",
+        fixed_step_seconds=float(probe["fixed_step_seconds"]),
+        layer_seconds=float(probe.get("layer_seconds") or 0.0),
+        seconds_per_flop={k: 1.0 / r for k, r in rates.items()},
+        loader_seconds_per_image=(1.0 / pipeline) if pipeline and variant == "paper" else None,
+    )
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by dropping negative coefficients and refitting (small problems only)."""
+    active = list(range(a.shape[1]))
+    x = np.zeros(a.shape[1])
+    while active:
+        solution, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (solution >= 0).all():
+            x[active] = solution
+            return x
+        worst = active[int(np.argmin(solution))]
+        active.remove(worst)
+    return x
+
+
+def _loader_bound(o: Observation) -> bool:
+    return o.data_wait_fraction is not None and o.data_wait_fraction > LOADER_BOUND_WAIT_FRACTION
+
+
+def _kind_ratio(prior: Calibration | None, kind: str) -> float:
+    """Seconds per FLOP of `kind` relative to dense conv: from the probe, else 1."""
+    if prior is None or kind not in prior.seconds_per_flop or "conv" not in prior.seconds_per_flop:
+        return 1.0
+    return prior.seconds_per_flop[kind] / prior.seconds_per_flop["conv"]
+
+
+def _fit_constants(obs: list[Observation], facts: dict[str, ModelFacts], prior: Calibration | None):
+    """NNLS of compute seconds on [steps, steps*layers, images*flops_k...]; returns (fixed, layer, rates)."""
+    use_layers = all(facts[o.model].layers for o in obs)
+    shares = {k: 0 for k in KINDS}
+    for o in obs:
+        kinds = facts[o.model].kind_flops()
+        total = sum(kinds.values()) or 1.0
+        for k in KINDS:
+            shares[k] += kinds[k] / total >= MIN_KIND_SHARE
+    own = [k for k in KINDS if k != "conv" and shares[k] >= MIN_MODELS_PER_KIND]
+    columns, rows, targets = ["fixed", *(["layer"] if use_layers else []), "dense", *own], [], []
+    for o in obs:
+        f = facts[o.model]
+        kinds = f.kind_flops()
+        dense = sum(kinds[k] * _kind_ratio(prior, k) for k in KINDS if k not in own)
+        row = [o.steps, *([o.steps * f.layers] if use_layers else []), o.images * dense]
+        row += [o.images * kinds[k] for k in own]
+        wait = o.data_wait_fraction or 0.0
+        rows.append(row)
+        targets.append(o.epoch_seconds * (1.0 - wait))  # compute only: the instrumented steps' share not waiting
+    a, b = np.array(rows, dtype=float), np.array(targets)
+    weights = 1.0 / b  # relative error: a 10 s epoch counts as much as a 1000 s one
+    a = a * weights[:, None]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0  # columns of very different scale (steps against images x FLOPs): solve them scaled
+    coef = dict(zip(columns, nnls(a / norms, b * weights) / norms, strict=True))
+    rates = {k: coef["dense"] * _kind_ratio(prior, k) for k in KINDS if k not in own}
+    rates.update({k: coef[k] for k in own})
+    return coef["fixed"], coef.get("layer", 0.0), rates
+
+
+def fit(
+    obs: list[Observation],
+    facts: dict[str, ModelFacts],
+    prior: Calibration | None = None,
+    device: str | None = None,
+    variant: str | None = None,
+    self_check: bool = True,
+) -> Calibration:
+    """Constants of one (device, variant) from its measured observations (same host), the probe as prior.
+
+    Loader-bound observations set the input pipeline's seconds per image and are left out of the compute
+    fit. With fewer than MIN_MODELS_FOR_FIT compute-bound models: the probe scaled by one factor, or without
+    a probe one dense rate through the origin.
+    """
+    if not obs:
+        if prior is None:
+            raise CostModelError("nothing to calibrate from: no probe record and no measured records")
+        return prior
+    device, variant = device or obs[0].device, variant or obs[0].variant
+    bound = [o for o in obs if _loader_bound(o)]
+    compute = [o for o in obs if not _loader_bound(o)]
+    if bound:
+        loader = statistics.median(o.epoch_seconds / o.images for o in bound)
+    else:
+        loader = prior.loader_seconds_per_image if prior else None
+    models = tuple(sorted(o.model for o in obs))
+    if len(compute) >= MIN_MODELS_FOR_FIT:
+        fixed, layer, rates = _fit_constants(compute, facts, prior)
+        cal = Calibration(device, variant, "records", fixed, layer, rates, loader, models=models)
+    elif compute and prior is not None:
+        ratios = [o.epoch_seconds / compute_seconds(prior, facts[o.model], o.images, o.steps) for o in compute]
+        cal = Calibration(
+            device,
+            variant,
+            "probe scaled by records",
+            prior.fixed_step_seconds,
+            prior.layer_seconds,
+            dict(prior.seconds_per_flop),
+            loader,
+            models=models,
+            scale=float(statistics.median(ratios)),
+        )
+    elif compute:
+        per_flop = statistics.median(
+            o.epoch_seconds / (o.images * facts[o.model].train_flops_per_image) for o in compute
+        )
+        cal = Calibration(device, variant, "records, one rate", 0.0, 0.0, {"conv": per_flop}, loader, models=models)
+    else:  # loader-bound only: the compute side is the probe's, or unknown
+        base = prior or Calibration(device, variant, "records, loader only")
+        cal = Calibration(**{**asdict(base), "loader_seconds_per_image": loader, "models": models})
+        cal.source = f"{base.source}; loader from records"
+    if self_check and len({o.model for o in obs}) > MIN_MODELS_FOR_FIT:
+        errors = []
+        for o in obs:
+            rest = [x for x in obs if x.model != o.model]
+            held = fit(rest, facts, prior, device, variant, self_check=False)
+            predicted = predict_epoch(held, facts[o.model], o.images, math.ceil(o.images / o.steps))
+            errors.append(math.log(predicted["epoch_seconds"] / o.epoch_seconds))
+        cal.log_error = float(np.sqrt(np.mean(np.square(errors))))
+    return cal
+
+
+def speedup(cpu: dict, gpu: dict, cpu_cal: Calibration, gpu_cal: Calibration) -> dict:
+    """CPU epoch / GPU epoch, with a band from the two calibrations' log errors combined."""
+    value = cpu["epoch_seconds"] / gpu["epoch_seconds"]
+    width = math.hypot(cpu_cal.log_error, gpu_cal.log_error)
+    return {"speedup": value, "speedup_low": value * math.exp(-width), "speedup_high": value * math.exp(width)}
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def percent_error(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted / measured - 1.0)
+
+
+def leave_one_model_out(obs: list[Observation], facts: dict[str, ModelFacts], priors: dict | None = None) -> list[dict]:
+    """Each model's epochs and speedups predicted from constants fitted without any of that model's records.
+
+    priors: {(device, variant): Calibration} from a probe of the same host, if any. Rows: one per
+    (model, device, variant) and one per (model, "speedup", variant) where both devices were measured.
+    """
+    priors = priors or {}
+    rows = []
+    groups = sorted({(o.device, o.variant) for o in obs})
+    by_key = {(o.model, o.device, o.variant): o for o in obs}
+    for model in sorted({o.model for o in obs}):
+        predicted: dict[tuple, tuple[dict, Calibration]] = {}
+        for device, variant in groups:
+            mine = by_key.get((model, device, variant))
+            if mine is None:
+                continue
+            rest = [o for o in obs if o.device == device and o.variant == variant and o.model != model]
+            try:
+                cal = fit(rest, facts, priors.get((device, variant)), device, variant)
+            except CostModelError:
+                continue
+            p = predict_epoch(cal, facts[model], mine.images, math.ceil(mine.images / mine.steps))
+            predicted[(device, variant)] = (p, cal)
+            rows.append(
+                {
+                    "source": mine.source,
+                    "model": model,
+                    "device": device,
+                    "variant": variant,
+                    "quantity": "epoch_seconds",
+                    "predicted": p["epoch_seconds"],
+                    "measured": mine.epoch_seconds,
+                    "error_percent": percent_error(p["epoch_seconds"], mine.epoch_seconds),
+                    "bound": p["bound"],
+                    "calibration": cal.source,
+                }
+            )
+        for variant in sorted({v for _, v in groups}):
+            cpu, gpu = predicted.get(("cpu", variant)), predicted.get(("cuda", variant))
+            if cpu is None or gpu is None:
+                continue
+            s = speedup(cpu[0], gpu[0], cpu[1], gpu[1])
+            measured = by_key[(model, "cpu", variant)].epoch_seconds / by_key[(model, "cuda", variant)].epoch_seconds
+            rows.append(
+                {
+                    "source": by_key[(model, "cpu", variant)].source,
+                    "model": model,
+                    "device": "speedup",
+                    "variant": variant,
+                    "quantity": "speedup",
+                    "predicted": s["speedup"],
+                    "measured": measured,
+                    "error_percent": percent_error(s["speedup"], measured),
+                    "bound": gpu[0]["bound"],
+                    "calibration": f"{cpu[1].source} / {gpu[1].source}",
+                }
+            )
+    return rows
+
+
+def summarize(rows: list[dict], median_target: float = 15.0, worst_target: float = 35.0) -> list[dict]:
+    """Median and worst absolute % error per (device or speedup, variant); the speedup rows against targets."""
+    out = []
+    for device, variant in sorted({(r["device"], r["variant"]) for r in rows}):
+        mine = [r for r in rows if r["device"] == device and r["variant"] == variant]
+        errors = [abs(r["error_percent"]) for r in mine]
+        worst = max(mine, key=lambda r: abs(r["error_percent"]))
+        row = {
+            "device": device,
+            "variant": variant,
+            "models": len(mine),
+            "median_abs_error_percent": statistics.median(errors),
+            "worst_abs_error_percent": max(errors),
+            "worst_model": worst["model"],
+            "meets_target": None,
+        }
+        if device == "speedup":
+            row["meets_target"] = bool(row["median_abs_error_percent"] <= median_target and max(errors) <= worst_target)
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------- a timing job's duration
+
+
+def job_seconds(
+    cal: Calibration,
+    facts: ModelFacts,
+    epochs: int,
+    train_images: int,
+    test_images: int,
+    batch_size: int,
+    max_steps_per_epoch: int | None = None,
+    phase_profile_steps: int = 0,
+) -> float:
+    """Predicted wall seconds of one timing job: per epoch the steps it times (all, or the sampled
+    protocol's max_steps_per_epoch) plus a forward-only evaluation (a third of a training step's FLOPs),
+    then the phase profile's instrumented steps."""
+    steps = math.ceil(train_images / batch_size)
+    timed = min(steps, max_steps_per_epoch) if max_steps_per_epoch else steps
+    epoch = predict_epoch(cal, facts, train_images, batch_size)["epoch_seconds"]
+    evaluation = (
+        cal.scale
+        * test_images
+        * sum(
+            flops * cal.seconds_per_flop.get(kind, cal.seconds_per_flop.get("conv", 0.0))
+            for kind, flops in facts.kind_flops().items()
+        )
+        / 3
+    )
+    per_step = epoch / steps
+    return epochs * (per_step * timed + evaluation) + phase_profile_steps * per_step

@@ -1,0 +1,313 @@
+"""The probe: what one training step on a device is made of, measured in at most a minute.
+
+Sustained forward+backward throughput of representative layers (dense convolutions at the sizes the
+model ladder runs at on 32x32 images, a depthwise and a grouped convolution, a matrix multiply, an
+attention block), the fixed cost of a step (a tiny model: launches and the optimizer), the cost each
+further layer adds, host-to-device bandwidth (cuda), and the host input pipeline's images/s at the
+configured workers and transforms on synthetic uint8 images. Written as a probe record
+(schemas/probe-record.schema.json) with the host fingerprint, as run records carry it.
+
+Training side: imports torch, never analysis or reporting libraries.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from gpuscale import envinfo, fsutil
+
+log = logging.getLogger("gpuscale.probe")
+
+SCHEMA_VERSION = 1
+KIND = "gpuscale.probe"
+# Shares of the budget. The convolutions carry most models' FLOPs; the loader needs its workers started.
+SHARES = {
+    "conv": 0.30,
+    "depthwise_conv": 0.07,
+    "grouped_conv": 0.07,
+    "linear": 0.08,
+    "attention": 0.08,
+    "fixed": 0.08,
+    "layers": 0.08,
+    "host_to_device": 0.04,
+    "input_pipeline": 0.20,
+}
+LAYER_STACK = 16  # conv + batch-norm blocks in the per-layer measurement: 2 parameterised layers each
+
+
+class ProbeError(RuntimeError):
+    """A probe that cannot run as asked."""
+
+
+@functools.cache
+def schema() -> dict:
+    return json.loads(resources.files("gpuscale").joinpath("schemas/probe-record.schema.json").read_text())
+
+
+def validate(doc: dict, source: str = "probe record") -> None:
+    try:
+        import jsonschema
+    except ImportError:  # bare GPU host
+        if doc.get("schema_version") != SCHEMA_VERSION:
+            raise ProbeError(
+                f"{source}: schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+            ) from None
+        return
+    error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema()).iter_errors(doc))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ProbeError(f"{source}: {where}: {error.message}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(step, device: torch.device, seconds: float, max_steps: int = 200) -> tuple[float, int]:
+    """Seconds per call of step() after one warm-up call; repeats until `seconds` have passed (at least once)."""
+    step()
+    _sync(device)
+    count, start = 0, time.perf_counter()
+    while count < max_steps and (count == 0 or time.perf_counter() - start < seconds):
+        step()  # queued on a GPU; the synchronize below waits for all of them
+        count += 1
+    _sync(device)
+    return (time.perf_counter() - start) / count, count
+
+
+class _Attention(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def layer_cases(batch: int) -> dict[str, list[tuple[str, nn.Module, tuple]]]:
+    """(label, module, input shape) per kind, at the shapes 32x32 models run: CIFAR-stem and ImageNet-stem
+    ResNet stages, MobileNet-style depthwise and grouped blocks, a ViT-tiny block's matmul and attention."""
+    return {
+        "conv": [
+            ("conv3x3 64->64 @32x32", nn.Conv2d(64, 64, 3, padding=1, bias=False), (batch, 64, 32, 32)),
+            ("conv3x3 128->128 @8x8", nn.Conv2d(128, 128, 3, padding=1, bias=False), (batch, 128, 8, 8)),
+            ("conv3x3 256->256 @4x4", nn.Conv2d(256, 256, 3, padding=1, bias=False), (batch, 256, 4, 4)),
+            ("conv1x1 256->64 @16x16", nn.Conv2d(256, 64, 1, bias=False), (batch, 256, 16, 16)),
+        ],
+        "depthwise_conv": [
+            ("depthwise3x3 128 @16x16", nn.Conv2d(128, 128, 3, padding=1, groups=128, bias=False), (batch, 128, 16, 16))
+        ],
+        "grouped_conv": [
+            ("grouped3x3 128 g8 @16x16", nn.Conv2d(128, 128, 3, padding=1, groups=8, bias=False), (batch, 128, 16, 16))
+        ],
+        "linear": [("linear 192->768 x65 tokens", nn.Linear(192, 768), (batch, 65, 192))],
+        "attention": [("attention 3 heads x192, 65 tokens", _Attention(192, 3), (batch, 65, 192))],
+    }
+
+
+def train_flops(module: nn.Module, shape: tuple) -> int:
+    """Forward + backward FLOPs of one call at `shape`, counted on one image and scaled (linear in the batch)."""
+    x = torch.randn(1, *shape[1:])
+    with FlopCounterMode(display=False) as counter:
+        module(x).sum().backward()
+    module.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops()) * shape[0]
+
+
+def measure_kind(cases, device: torch.device, seconds: float) -> dict:
+    measurements, total_flops, total_seconds = [], 0, 0.0
+    for label, module, shape in cases:
+        flops = train_flops(module, shape)
+        module = module.to(device)
+        x = torch.randn(*shape, device=device)
+
+        def step(module=module, x=x):
+            module(x).sum().backward()
+
+        per_step, count = _timed(step, device, seconds / len(cases))
+        measurements.append(
+            {
+                "layer": label,
+                "input_shape": list(shape),
+                "train_flops": flops,
+                "seconds_per_step": per_step,
+                "steps": count,
+                "flops_per_second": flops / per_step,
+            }
+        )
+        total_flops += flops
+        total_seconds += per_step
+    # The kind's rate over its shapes together: total FLOPs / total seconds (as a model mixing them would run).
+    return {"flops_per_second": total_flops / total_seconds, "measurements": measurements}
+
+
+def _train_step(model: nn.Module, device: torch.device, batch: int):
+    model = model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    criterion = nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, 32, 32, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        criterion(model(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
+def tiny_model() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
+
+
+def stacked_model(blocks: int) -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, 8, 3, stride=4, padding=1)]
+    for _ in range(blocks):
+        layers += [nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+
+
+def host_to_device(device: torch.device, seconds: float) -> float | None:
+    if device.type != "cuda":
+        return None
+    source = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()
+    target = torch.empty_like(source, device=device)
+
+    def step():
+        target.copy_(source, non_blocking=True)
+
+    per_copy, _ = _timed(step, device, seconds)
+    return source.numel() / per_copy
+
+
+def input_pipeline(train_settings: dict, device: torch.device, seconds: float, images: int = 4096) -> dict:
+    """images/s of the `paper` host DataLoader (configured workers and transforms) on synthetic uint8 images."""
+    from gpuscale import data as data_stage
+    from gpuscale import loaders
+
+    rng = np.random.default_rng(0)
+    dataset = data_stage.Dataset(
+        train_images=rng.integers(0, 256, size=(images, 32, 32, 3), dtype=np.uint8),
+        train_labels=np.arange(images, dtype=np.int64) % 10,
+        test_images=np.zeros((1, 32, 32, 3), dtype=np.uint8),
+        test_labels=np.zeros(1, dtype=np.int64),
+        classes=tuple(str(i) for i in range(10)),
+        source={"source": "probe synthetic"},
+    )
+    loader, _ = loaders.host_loaders(dataset, train_settings, device, seed=0)
+    batches, seen, start, first = 0, 0, time.perf_counter(), None
+    for x, _ in loader:
+        if first is None:  # worker start-up is not the pipeline's rate
+            first, start = x.shape[0], time.perf_counter()
+            continue
+        seen += x.shape[0]
+        batches += 1
+        if time.perf_counter() - start >= seconds:
+            break
+    elapsed = time.perf_counter() - start
+    return {
+        "images_per_second": seen / elapsed if seen else None,
+        "batches": batches,
+        "num_workers": train_settings["loader"]["num_workers"],
+        "batch_size": train_settings["batch_size"],
+    }
+
+
+def run(
+    device_slug: str,
+    train_settings: dict,
+    budget_seconds: float = 60.0,
+    threads: int | None = None,
+    quick: bool = False,
+) -> dict:
+    """Measure `device_slug` within about `budget_seconds`; returns the probe record.
+
+    quick: the rate check before a study (one dense convolution, the step costs, the input pipeline);
+    every other kind then runs at the dense rate in the cost model."""
+    from gpuscale import train as train_mod
+
+    started = train_mod.now_iso()
+    wall = time.perf_counter()
+    device = train_mod.torch_device(device_slug)
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "device": device_slug,
+        "budget_seconds": budget_seconds,
+        "batch_size": train_settings["batch_size"],
+        "threads": None,
+        "status": "measured",
+        "not_measured_reason": None,
+        "kinds": {},
+        "fixed_step_seconds": None,
+        "layer_seconds": None,
+        "host_to_device_bytes_per_second": None,
+        "input_pipeline_images_per_second": None,
+        "input_pipeline": None,
+        "environment": None,
+        "started_at": started,
+        "finished_at": None,
+        "elapsed_seconds": None,
+    }
+    reason = train_mod.device_unavailable_reason(device)
+    if reason:
+        log.warning("probe: %s not measured: %s", device_slug, reason)
+        doc.update(status="not_measured", not_measured_reason=reason)
+        doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
+    else:
+        if device.type == "cpu":
+            torch.set_num_threads(threads or train_settings.get("cpu_threads") or os.cpu_count() or 1)
+        doc["threads"] = torch.get_num_threads()
+        doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
+        batch = train_settings["batch_size"]
+        torch.manual_seed(0)
+        cases_by_kind = layer_cases(batch)
+        if quick:
+            cases_by_kind = {"conv": cases_by_kind["conv"][1:2]}
+        for kind, cases in cases_by_kind.items():
+            doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind])
+            log.info("probe %s: %s %.3g GFLOP/s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
+        fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
+        stacked, _ = _timed(
+            _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
+        )
+        doc["fixed_step_seconds"] = fixed
+        doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
+        if not quick:
+            doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
+        pipeline = input_pipeline(train_settings, device, budget_seconds * SHARES["input_pipeline"])
+        doc["input_pipeline"] = pipeline
+        doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
+        log.info(
+            "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s",
+            device_slug,
+            fixed * 1e3,
+            doc["layer_seconds"] * 1e3,
+            pipeline["images_per_second"] or 0,
+        )
+    doc["finished_at"] = train_mod.now_iso()
+    doc["elapsed_seconds"] = time.perf_counter() - wall
+    return doc
+
+
+def write(path: Path | str, doc: dict) -> None:
+    validate(doc, source=str(path))
+    fsutil.write_json(path, doc)
+
+
+def load(path: Path | str) -> dict:
+    doc = json.loads(Path(path).read_text())
+    validate(doc, source=str(path))
+    return doc

@@ -1,0 +1,263 @@
+"""The cost model's arithmetic on hand-made probe and run records (exact expected numbers), torch-free."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from gpuscale import costmodel as cm
+from gpuscale import predict
+
+A = cm.ModelFacts("a", 1_000_000, 1.1e9, {"conv": 1e9, "depthwise_conv": 1e8}, layers=10)
+B = cm.ModelFacts("b", 10_000, 1e6, {"conv": 1e6}, layers=2)
+
+
+def probe_record(device="cpu", fixed=0.01, layer=0.001, rates=None, pipeline=5000.0, fingerprint="host1") -> dict:
+    rates = rates or {"conv": 1e12, "depthwise_conv": 1e11, "linear": 2e12}
+    return {
+        "schema_version": 1,
+        "kind": "gpuscale.probe",
+        "device": device,
+        "status": "measured",
+        "not_measured_reason": None,
+        "kinds": {k: {"flops_per_second": r, "measurements": []} for k, r in rates.items()},
+        "fixed_step_seconds": fixed,
+        "layer_seconds": layer,
+        "input_pipeline_images_per_second": pipeline,
+        "environment": {"host_fingerprint": fingerprint},
+        "budget_seconds": 1.0,
+        "batch_size": 100,
+        "host_to_device_bytes_per_second": None,
+        "started_at": "2026-12-03T00:00:00+00:00",
+        "finished_at": "2026-12-03T00:00:01+00:00",
+        "elapsed_seconds": 1.0,
+    }
+
+
+def run_record(model, device, seconds, seed=0, wait=None, variant="paper", images=1000, batch=100, sweep=None):
+    r = {
+        "status": "measured",
+        "key": {"model": model, "device": device, "variant": variant, "seed": seed, "sweep": sweep},
+        "settings": {"train": {"batch_size": batch}},
+        "data": {"train_images": images},
+        "timing": {"steady_epoch_seconds_median": seconds},
+        "environment": {"host_fingerprint": "host1"},
+        "phase_profile": None,
+    }
+    if wait is not None:
+        r["phase_profile"] = {"instrumented_step_seconds": 0.1, "phase_seconds_per_step": {"data_wait": 0.1 * wait}}
+    return r
+
+
+def test_probe_alone_predicts_the_slower_of_compute_and_input_pipeline():
+    cal = cm.from_probe(probe_record())
+    # compute = 10 steps * (0.01 + 10 layers * 0.001) + 1000 images * (1e9 / 1e12 + 1e8 / 1e11) = 0.2 + 2.0
+    a = cm.predict_epoch(cal, A, images=1000, batch_size=100)
+    assert a["compute_seconds"] == pytest.approx(2.2, rel=1e-12)
+    assert a["loader_seconds"] == pytest.approx(0.2, rel=1e-12)  # 1000 images / 5000 per second
+    assert (a["epoch_seconds"], a["bound"]) == (pytest.approx(2.2, rel=1e-12), "compute")
+    # b: 10 * (0.01 + 2 * 0.001) + 1000 * 1e6 / 1e12 = 0.121 s of compute, under the pipeline's 0.2 s
+    b = cm.predict_epoch(cal, B, images=1000, batch_size=100)
+    assert b["compute_seconds"] == pytest.approx(0.121, rel=1e-12)
+    assert (b["epoch_seconds"], b["bound"]) == (pytest.approx(0.2, rel=1e-12), "input pipeline")
+
+
+def test_a_kind_the_probe_did_not_measure_runs_at_the_dense_rate_and_the_speedup_band_combines_both_errors():
+    gpu = cm.from_probe(probe_record("cuda", fixed=0.002, layer=0.0001, rates={"conv": 1e14}, pipeline=5000.0))
+    cpu = cm.from_probe(probe_record())
+    g = cm.predict_epoch(gpu, A, 1000, 100)
+    # 10 * (0.002 + 10 * 0.0001) + 1000 * (1e9 + 1e8) / 1e14 = 0.03 + 0.011, under the pipeline's 0.2 s
+    assert g["compute_seconds"] == pytest.approx(0.041, rel=1e-12)
+    s = cm.speedup(cm.predict_epoch(cpu, A, 1000, 100), g, cpu, gpu)
+    assert s["speedup"] == pytest.approx(11.0, rel=1e-12)
+    width = math.hypot(cm.NOMINAL_LOG_ERROR, cm.NOMINAL_LOG_ERROR)
+    assert s["speedup_low"] == pytest.approx(11.0 * math.exp(-width), rel=1e-12)
+    assert s["speedup_high"] == pytest.approx(11.0 * math.exp(width), rel=1e-12)
+
+
+def synthetic_observations(fixed=0.02, layer=0.002, per_flop=1e-11, device="cpu"):
+    """Epochs made by known constants: the fit must give them back."""
+    shapes = [(5, 1e8), (10, 5e8), (20, 2e8), (40, 3e9), (80, 1e9), (15, 8e9)]
+    facts, obs = {}, []
+    for i, (layers, flops) in enumerate(shapes):
+        name = f"m{i}"
+        facts[name] = cm.ModelFacts(name, 1000, flops, {"conv": flops}, layers=layers)
+        seconds = 10 * (fixed + layers * layer) + 1000 * flops * per_flop
+        obs.append(cm.Observation("ref", "host1", name, device, "paper", seconds, 1000, 10, 0.01, 1))
+    return facts, obs
+
+
+def test_the_fit_recovers_known_constants_and_leave_one_model_out_is_exact_on_exact_data():
+    facts, obs = synthetic_observations()
+    for o in obs:  # no data wait at all: the targets are the epochs themselves
+        object.__setattr__(o, "data_wait_fraction", 0.0)
+    cal = cm.fit(obs, facts)
+    assert cal.source == "records"
+    assert cal.fixed_step_seconds == pytest.approx(0.02, rel=1e-9)
+    assert cal.layer_seconds == pytest.approx(0.002, rel=1e-9)
+    assert 1 / cal.seconds_per_flop["conv"] == pytest.approx(1e11, rel=1e-9)
+    assert cal.log_error == pytest.approx(0.0, abs=1e-9)
+    rows = cm.leave_one_model_out(obs, facts)
+    assert len(rows) == 6
+    assert all(abs(r["error_percent"]) < 1e-6 for r in rows)
+    constants = cal.constants()
+    assert constants["conv_flops_per_second"] == pytest.approx(1e11, rel=1e-9)
+    assert constants["models"] == "m0,m1,m2,m3,m4,m5"
+
+
+def test_loader_bound_records_set_the_pipeline_rate_and_stay_out_of_the_compute_fit():
+    facts, obs = synthetic_observations(device="cuda")
+    obs = [cm.Observation(**{**o.__dict__, "data_wait_fraction": 0.0}) for o in obs]
+    bound = cm.Observation("ref", "host1", "slow", "cuda", "paper", 3.0, 1000, 10, 0.8, 3)
+    facts["slow"] = cm.ModelFacts("slow", 10, 1e3, {"conv": 1e3}, layers=1)
+    cal = cm.fit([*obs, bound], facts)
+    assert cal.loader_seconds_per_image == pytest.approx(3.0 / 1000, rel=1e-12)
+    assert cal.fixed_step_seconds == pytest.approx(0.02, rel=1e-9)  # the loader-bound epoch did not pull it
+    assert cm.predict_epoch(cal, facts["slow"], 1000, 100)["epoch_seconds"] == pytest.approx(3.0, rel=1e-9)
+
+
+def test_with_few_records_the_probe_is_scaled_by_the_median_ratio():
+    prior = cm.from_probe(probe_record())
+    # the probe predicts 2.2 s for a and 0.121 s of compute for b; measured 4.4 and 0.363: ratios 2 and 3
+    obs = [
+        cm.Observation("ref", "host1", "a", "cpu", "paper", 4.4, 1000, 10, 0.0, 1),
+        cm.Observation("ref", "host1", "b", "cpu", "paper", 0.363, 1000, 10, 0.0, 1),
+    ]
+    cal = cm.fit(obs, {"a": A, "b": B}, prior)
+    assert cal.source == "probe scaled by records"
+    assert cal.scale == pytest.approx(2.5, rel=1e-12)
+    assert cal.loader_seconds_per_image == pytest.approx(1 / 5000, rel=1e-12)  # the probe's, no loader-bound record
+    assert cm.predict_epoch(cal, A, 1000, 100)["epoch_seconds"] == pytest.approx(5.5, rel=1e-12)
+
+
+def test_observations_take_the_median_over_seeds_and_leave_sweeps_and_unmeasured_runs_out():
+    records = [
+        run_record("a", "cpu", 10.0, seed=0, wait=0.1),
+        run_record("a", "cpu", 14.0, seed=1, wait=0.3),
+        run_record("a", "cpu", 11.0, seed=2, wait=0.2),
+        run_record("a", "cpu", 99.0, sweep={"parameter": "threads", "value": 1}),
+        {**run_record("a", "cuda", 1.0), "status": "not_measured"},
+    ]
+    (o,) = cm.observations(records, "ref")
+    assert (o.model, o.device, o.epoch_seconds, o.seeds, o.steps) == ("a", "cpu", 11.0, 3, 10)
+    assert o.data_wait_fraction == pytest.approx(0.2)
+
+
+def test_job_seconds_counts_the_timed_steps_the_evaluation_and_the_phase_profile():
+    cal = cm.from_probe(probe_record())
+    # epoch 2.2 s over 10 steps: 0.22 s a step; 5 timed steps; evaluation 300 * 2e-3 / 3 = 0.2 s; 4 profile steps
+    seconds = cm.job_seconds(cal, A, 2, 1000, 300, 100, max_steps_per_epoch=5, phase_profile_steps=4)
+    assert seconds == pytest.approx(2 * (0.22 * 5 + 0.2) + 4 * 0.22, rel=1e-12)
+
+
+def test_load_facts_reads_the_ladder_format(tmp_path):
+    path = tmp_path / "modelfacts.json"
+    doc = {
+        "schema": 1,
+        "models": {
+            "a": {
+                "family": "cnn",
+                "parameters": 5,
+                "train_flops_per_image": 30,
+                "flops_by_kind": {"conv": 10, "depthwise_conv": 20},
+                "layers": 3,
+            }
+        },
+    }
+    path.write_text(json.dumps(doc))
+    facts = cm.load_facts(path)
+    assert facts["a"].kind_flops() == {**dict.fromkeys(cm.KINDS, 0.0), "conv": 10.0, "depthwise_conv": 20.0}
+    assert cm.load_facts(tmp_path / "missing.json") == {}
+
+
+def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+    ref = tmp_path / "reference" / "study"
+    facts_doc = {"schema": 1, "models": {}}
+    facts, obs = synthetic_observations()
+    for device, per_flop in (("cpu", 1e-11), ("cuda", 1e-13)):
+        _, obs = synthetic_observations(per_flop=per_flop, device=device)
+        for o in obs:
+            path = ref / o.model / device / "paper-seed0.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(run_record(o.model, device, o.epoch_seconds, wait=0.0)))
+    for name, f in facts.items():
+        facts_doc["models"][name] = {
+            "family": "x",
+            "parameters": f.parameters,
+            "train_flops_per_image": f.train_flops_per_image,
+            "flops_by_kind": f.flops_by_kind,
+            "layers": f.layers,
+        }
+    (tmp_path / "facts.json").write_text(json.dumps(facts_doc))
+    (ref / "probe").mkdir()
+    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):  # the constants that made the epochs
+        made = probe_record(device, fixed=0.02, layer=0.002, rates={"conv": rate}, pipeline=1e12)
+        (ref / "probe" / f"{device}.json").write_text(json.dumps(made))
+    probes = tmp_path / "probe.json"
+    probes.write_text(json.dumps(probe_record()))
+    monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))  # hand-made, partial records
+    out = tmp_path / "out"
+    predict.run(
+        [probes], [str(ref)], out, ["m0", "m3"], images=1000, batch_size=100, facts_path=tmp_path / "facts.json"
+    )
+    got = predict.tables(out)
+    assert set(got) == set(predict.TABLES)
+    assert [(r["model"], r["device"]) for r in got["host"]] == [("m0", "cpu"), ("m3", "cpu")]
+    assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
+    speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
+    assert [s["source"] for s in speedups] == [f"{ref} (probe only)", str(ref)]
+    assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
+    assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
+    assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
+    (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
+    with pytest.raises(cm.CostModelError, match=r"cuda.json: fixed_step_seconds: -1 is less than the minimum of 0"):
+        predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
+
+
+def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):
+    from gpuscale import estimate, params
+
+    config = params.load()
+    config["study"].update(models=["simplecnn", "resnet18"], devices=["cpu"])
+    monkeypatch.chdir(tmp_path)
+    done = tmp_path / params.record_path("simplecnn", "cpu", "paper", 0)
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")  # already measured: not pending
+    slow = {**probe_record(fixed=1.0, layer=0.1), "environment": {"host_fingerprint": "x"}}
+    monkeypatch.setattr(estimate.envinfo, "host_fingerprint", lambda: "x")
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "cpu.json").write_text(json.dumps(slow))
+    monkeypatch.setattr(estimate, "model_facts", lambda names: {"resnet18": A})
+    lines = []
+    total = estimate.run(config, tmp_path / "probe", echo=lines.append)
+    # 10 epochs of 391 steps at 1 + 10 * 0.1 s plus 50,000 images at 2e-3 s, evaluation 10,000 * 2e-3 / 3,
+    # and 50 phase-profile steps
+    epoch = 391 * 2.0 + 50_000 * 2e-3
+    assert total == pytest.approx(10 * (epoch + 10_000 * 2e-3 / 3) + 50 * epoch / 391, rel=1e-12)
+    assert lines[1].startswith("  results/runs/resnet18/cpu/paper-seed0.json: 2.5 h [probe ")
+    assert len([line for line in lines if line.startswith("  results/")]) == 1
+    assert "more than an hour" in lines[-4] and "quick preset" in lines[-3] and "predict preset" in lines[-1]
+
+
+def test_no_cpu_of_the_models_form_reproduces_the_papers_three_points():
+    facts = {
+        "simplecnn": cm.ModelFacts("simplecnn", 554_474, 62_928_000, {"conv": 62_928_000}, layers=5),
+        "resnet18": cm.ModelFacts("resnet18", 11_181_642, 217_282_560, {"conv": 217_282_560}, layers=41),
+        "resnet50": cm.ModelFacts("resnet50", 23_528_522, 495_771_648, {"conv": 495_771_648}, layers=107),
+    }
+    fits = predict.paper_cost_model(facts)
+    cpu = cm.predict_epoch(fits["cpu"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
+    gpu = cm.predict_epoch(fits["cuda"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
+    assert cpu / 544.367 - 1 < -0.5  # the i9's resnet50 epoch is far above what its other two points imply
+    assert abs(gpu / 13.408 - 1) < 0.2
+
+
+def test_a_thread_sweep_job_is_slower_than_the_probe_by_amdahls_law():
+    from gpuscale import estimate
+
+    assert estimate.thread_factor(1, 16) == pytest.approx(1 / (0.1 + 0.9 / 16), rel=1e-12)  # 6.4x
+    assert estimate.thread_factor(16, 16) == estimate.thread_factor(None, 16) == 1.0

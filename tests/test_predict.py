@@ -1,0 +1,120 @@
+"""The probe on the CPU with a tiny budget, and the predict preset end to end through Snakemake."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import TINY, copy_project, run, write_yaml
+
+from gpuscale import costmodel, probe
+
+SMALL_TRAIN = {
+    "batch_size": 8,
+    "loader": {"num_workers": 0, "pin_memory": False, "persistent_workers": False},
+    "cpu_threads": 1,
+}
+
+
+def test_probe_on_cpu_writes_a_valid_record_the_cost_model_reads(tmp_path):
+    from gpuscale import params
+
+    config = params.deep_merge(params.load(), {"train": SMALL_TRAIN})
+    doc = probe.run("cpu", config["train"], budget_seconds=1.0, threads=1)
+    path = tmp_path / "probe" / "cpu.json"
+    probe.write(path, doc)
+    doc = probe.load(path)
+    assert doc["status"] == "measured" and doc["threads"] == 1 and doc["batch_size"] == 8
+    assert set(doc["kinds"]) == {"conv", "depthwise_conv", "grouped_conv", "linear", "attention"}
+    assert all(k["flops_per_second"] > 0 for k in doc["kinds"].values())
+    assert doc["fixed_step_seconds"] > 0 and doc["layer_seconds"] >= 0
+    assert doc["host_to_device_bytes_per_second"] is None  # cpu
+    assert doc["input_pipeline_images_per_second"] > 0
+    assert doc["environment"]["host_fingerprint"]
+    cal = costmodel.from_probe(doc)
+    facts = costmodel.ModelFacts("m", 100, 1e8, {"conv": 9e7, "linear": 1e7}, layers=4)
+    assert costmodel.predict_epoch(cal, facts, 1000, 8)["epoch_seconds"] > 0
+
+
+def test_probe_of_a_missing_device_records_why():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    doc = probe.run("cuda", {"batch_size": 8, "loader": SMALL_TRAIN["loader"]}, budget_seconds=1.0)
+    probe.validate(doc)
+    assert doc["status"] == "not_measured" and doc["not_measured_reason"]
+    assert doc["kinds"] == {}
+
+
+@pytest.mark.e2e
+def test_predict_preset_runs_host_probe_predict_without_training(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(
+        repo / "small.yaml",
+        {"data": TINY["data"], "train": SMALL_TRAIN, "predict": {"probe_seconds": 2}},
+    )
+    done = run(
+        ["snakemake", "--cores", "2", "--configfile", "config/predict.yaml", "small.yaml"],
+        repo,
+    )
+    assert not (repo / "results/runs").exists() and not (repo / "data/prepared").exists()
+    cpu = json.loads((repo / "results/probe/cpu.json").read_text())
+    assert cpu["status"] == "measured"
+    names = {"host", "validation", "validation_summary", "constants", "paper"}
+    assert {p.name for p in (repo / "results/predict").iterdir()} == {
+        f"{n}.{e}" for n in names for e in ("csv", "json")
+    }
+    from gpuscale import models, predict
+
+    tables = predict.tables(repo / "results/predict")
+    predicted = {(r["model"], r["device"]) for r in tables["host"]}
+    assert {(m, "cpu") for m in models.MODEL_NAMES} <= predicted
+    assert all(r["label"] == "prediction" for r in tables["host"])
+    summary = {(s["device"], s["variant"]) for s in tables["validation_summary"]}
+    assert ("speedup", "paper") in summary  # the shipped reference study, leave-one-model-out
+    assert {r["model"] for r in tables["paper"]} == {"simplecnn", "resnet18", "resnet50"}
+    assert "predicted duration" not in done.stdout + done.stderr  # no training: no up-front estimate
+
+
+def test_training_progress_lines_carry_the_jobs_eta(prepared, tmp_path, caplog):
+    import re
+
+    from test_train import tiny_settings
+
+    from gpuscale import train
+
+    caplog.set_level("INFO")
+    train.run(tiny_settings(epochs=2), prepared, tmp_path / "run.json", threads=1)
+    progress = [m for m in caplog.messages if " step " in m and "loss" in m]
+    assert progress and all(re.search(r"job ETA \d+ s$", m) for m in progress)
+    assert progress[-1].endswith("job ETA 0 s")  # the last step of the last epoch: nothing left
+
+
+@pytest.mark.e2e
+def test_the_workflow_prints_the_predicted_duration_before_any_training_job(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(repo / "tiny.yaml", {**TINY, "study": {**TINY["study"], "models": ["simplecnn", "resnet18"]}})
+    done = run(["snakemake", "results/host.json", "--cores", "1", "--configfile", "tiny.yaml"], repo)
+    out = done.stdout + done.stderr
+    assert "predicted duration of the 2 timing jobs to run" in out
+    assert "results/runs/resnet18/cpu/paper-seed0.json: " in out and "total predicted" in out
+
+
+def test_with_a_study_plan_progress_lines_add_the_jobs_still_to_come(prepared, tmp_path, caplog, monkeypatch):
+    from test_train import tiny_settings
+
+    from gpuscale import train
+
+    (tmp_path / "logs").mkdir()
+    plan = tmp_path / "logs" / "study-plan.json"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "done.json").write_text("{}")
+    jobs = {"results/run.json": 5.0, "results/next.json": 1000.0, "results/done.json": 50.0}
+    plan.write_text(json.dumps({"jobs": jobs}))
+    monkeypatch.setenv("GPUSCALE_STUDY_PLAN", str(plan))
+    caplog.set_level("INFO")
+    train.run(tiny_settings(epochs=1), prepared, tmp_path / "results" / "run.json", threads=1)
+    progress = [m for m in caplog.messages if " step " in m and "loss" in m]
+    # the last step: nothing left of this job; of the others only next.json (done.json exists, run.json is this)
+    assert progress[-1].endswith("job ETA 0 s, study ETA 1000 s")

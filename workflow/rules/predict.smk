@@ -1,0 +1,67 @@
+# Prediction: a probe per device (about a minute each, one timing job at a time), then the cost model's
+# tables; and, before the first training job, each pending timing job's predicted duration (onstart).
+# docs/prediction.md explains the model and its validation.
+
+PREDICT_CODE = {stage: CODE[stage] for stage in ("probe", "predict")}  # computed, as for every stage (common.smk)
+PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "paper"]
+
+
+def probe_records():
+    return [f"results/probe/{device}.json" for device in config["study"]["devices"]]
+
+
+def predict_targets():
+    return [f"results/predict/{name}.{ext}" for name in PREDICT_TABLES for ext in ("csv", "json")]
+
+
+rule probe:
+    input:
+        host=rules.host.output.host,
+        code=PREDICT_CODE["probe"],
+    output:
+        probe="results/probe/{device}.json",
+    params:
+        seconds=lambda wildcards: config["predict"]["probe_seconds"],
+        train=lambda wildcards: config["train"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/probe/{device}.log",
+    wildcard_constraints:
+        device=r"cpu|cuda(-\d+)?|mps",
+    threads: train_threads
+    resources:
+        timing_slot=1,
+    message:
+        "Probing {wildcards.device}: layer rates, step costs, input pipeline"
+    shell:
+        "gpuscale probe {params.params_args} --device {wildcards.device:q} --threads {threads}"
+        " --out {output.probe:q} --log {log:q}"
+
+
+rule predict:
+    input:
+        probes=probe_records(),
+        reference=reference_records(),
+        code=PREDICT_CODE["predict"],
+    output:
+        tables=predict_targets(),
+    params:
+        devices=lambda wildcards: config["study"]["devices"],
+        reference=lambda wildcards: config["report"]["reference"],
+        params_args=PARAMS_ARGS,
+    log:
+        "logs/predict.log",
+    message:
+        "Predicting epochs and speedups; validating the cost model on the reference studies"
+    shell:
+        "gpuscale predict {params.params_args} --probes results/probe --out results/predict --log {log:q}"
+
+
+onstart:
+    # Before the first training job: what each pending timing job should cost, and past an hour the faster routes.
+    if not config["predict"]["only"]:
+        plan = os.path.abspath("logs/study-plan.json")
+        done = subprocess.run(["gpuscale", "estimate", *shlex.split(PARAMS_ARGS), "--plan", plan], check=False)
+        os.environ["GPUSCALE_STUDY_PLAN"] = plan  # training jobs started from here add the jobs still to come
+        if done.returncode:
+            print("gpuscale: the duration estimate failed (see above); the study runs anyway", file=sys.stderr)
