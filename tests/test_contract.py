@@ -19,7 +19,6 @@ KNOWN_LONG = {
     "charts.py:speedup_vs_size",
     "report.py:headline",
     "report.py:warnings",
-    "cli.py:build_parser",
 }
 
 

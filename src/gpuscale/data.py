@@ -365,6 +365,31 @@ def _read_member(root: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
 
 
 def imagefolder(settings: dict) -> Dataset:
+    """A folder or .zip of train/<class>/* and test/<class>/*, checked, then decoded to 32x32 RGB."""
+    root = _imagefolder_root(settings)
+    mode = settings["image_mode"]
+    found, folders, strays = _entries(root)
+    entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
+    others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
+    _refuse_or_skip_strays(root, mode, others, strays)
+    classes = _imagefolder_classes(root, entries, folders)
+    arrays, converted = _decode_splits(root, entries, classes, mode)
+    if converted:
+        log.warning(
+            "%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
+            len(converted),
+            converted[0],
+        )
+    source = {
+        "path": str(root),
+        "image_mode": mode,
+        "converted_images": len(converted),
+        "skipped_files": len(others) + len(strays),
+    }
+    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes), source=source)
+
+
+def _imagefolder_root(settings: dict) -> Path:
     if not settings["path"]:
         raise DataError(
             "data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)"
@@ -372,10 +397,11 @@ def imagefolder(settings: dict) -> Dataset:
     root = Path(settings["path"])
     if not root.exists():
         raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
-    mode = settings["image_mode"]
-    found, folders, strays = _entries(root)
-    entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
-    others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
+    return root
+
+
+def _refuse_or_skip_strays(root: Path, mode: str, others: list[str], strays: list) -> None:
+    """Non-images and files outside train/<class>/, test/<class>/: refused in strict mode, skipped in convert."""
     if others and mode == "strict":
         raise DataError(
             f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
@@ -393,6 +419,10 @@ def imagefolder(settings: dict) -> Dataset:
             len(strays),
             strays[0][0],
         )
+
+
+def _imagefolder_classes(root: Path, entries: list, folders) -> list[str]:
+    """The class names, the same in both splits, none of them empty."""
     empty = sorted(f"{s}/{c}" for s, c in folders if not any(e[0] == s and e[1] == c for e in entries))
     if empty:
         raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
@@ -403,7 +433,12 @@ def imagefolder(settings: dict) -> Dataset:
         raise DataError(f"{root}: no images under test/<class>/ (a test split is required)")
     if classes["train"] != classes["test"]:
         raise DataError(f"{root}: train classes {classes['train']} differ from test classes {classes['test']}")
-    index = {cls: i for i, cls in enumerate(classes["train"])}
+    return classes["train"]
+
+
+def _decode_splits(root: Path, entries: list, classes: list[str], mode: str) -> tuple[dict, list[str]]:
+    """{split: (uint8 images, int64 labels)} and the names of the images that had to be converted."""
+    index = {cls: i for i, cls in enumerate(classes)}
     arrays, converted = {}, []
     for split in ("train", "test"):
         chosen = [e for e in entries if e[0] == split]
@@ -413,19 +448,7 @@ def imagefolder(settings: dict) -> Dataset:
             images[i] = _decode(read(), f"{root}:{split}/{cls}/{name}", mode, converted)
             labels[i] = index[cls]
         arrays[split] = (images, labels)
-    if converted:
-        log.warning(
-            "%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
-            len(converted),
-            converted[0],
-        )
-    source = {
-        "path": str(root),
-        "image_mode": mode,
-        "converted_images": len(converted),
-        "skipped_files": len(others) + len(strays),
-    }
-    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes["train"]), source=source)
+    return arrays, converted
 
 
 # ----------------------------------------------------------------------------- synthetic
