@@ -20,8 +20,10 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from gpuscale import charts, fsutil, paper, words
+from gpuscale import charts, fsutil, paper, predict, words
 from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
+from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
+from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
 
 DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
@@ -91,7 +93,12 @@ def _cell(column: str, value) -> str:
         return words.phase(value)
     if column == "fit":
         return words.fit(value)
+    column = column.rpartition(": ")[2]  # '<source>: cpu_epoch_seconds' formats as its quantity
     if isinstance(value, float):
+        if column.endswith("_percent"):
+            return f"{value:+.1f}%".replace("-", "−") if column == "error_percent" else f"{value:.1f}%"
+        if column.startswith("predicted_speedup"):
+            return f"{value:.2f}×"
         if column in ("speedup", "steady_speedup", "gain", "steady_gain") or column.startswith("speedup"):
             return f"{value:.2f}×"
         if "accuracy" in column:
@@ -313,8 +320,9 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
     return out
 
 
-def key_results(tables: dict) -> dict:
-    """Everything the first screen says, computed from the tables (no figure typed by hand)."""
+def key_results(tables: dict, pred: dict | None = None) -> dict:
+    """Everything the first screen says, computed from the tables (no figure typed by hand); on a host without
+    measured speedups of its own, what the predict stage predicts for it."""
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
     sources = []
     for source in _measured_sources(speedup):
@@ -349,7 +357,175 @@ def key_results(tables: dict) -> dict:
                 "sampled": not sampled.is_empty(),
             }
         )
-    return {"sources": sources, "host": host_beside_reference(speedup, runs), "definition": HEADLINE_DEFINITION}
+    host = host_beside_reference(speedup, runs)
+    local = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
+    if local.is_empty() and (line := predicted_for_host(pred)):
+        host.append(line)
+    return {"sources": sources, "host": host, "definition": HEADLINE_DEFINITION}
+
+
+# ---- predicted before measuring (gpuscale.predict's tables) ----------------------------------------------------------
+PREDICTION_LABEL = "PREDICTION"
+
+
+def load_predictions(folder: Path | str | None) -> dict | None:
+    """The predict stage's tables (gpuscale.predict.tables) and its per-model view, or None without the folder."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    got = predict.tables(folder)
+    got["beside"] = predict.host_beside_reference(folder)
+    return got
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def predicted_host_table(pred: dict) -> dict | None:
+    """This host's predicted epochs and speedups per registry model, beside each reference study's measurements."""
+    rows = [r for r in pred["beside"] if any(k.startswith("predicted_") for k in r)]
+    if not rows:
+        return None
+    first = ["model", "predicted_cpu_epoch_seconds", "predicted_gpu_epoch_seconds", "predicted_speedup"]
+    band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
+    measured = sorted({k for r in rows for k in r if ": " in k})
+    frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
+    columns = [c for c in first + band + measured if c in frame.columns and not frame[c].is_null().all()]
+    return table(
+        "predicted_host",
+        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what the reference "
+        "studies measured on theirs",
+        frame,
+        columns,
+    )
+
+
+def validation_summary_table(pred: dict) -> dict | None:
+    rows = pred["validation_summary"]
+    if not rows:
+        return None
+    return table(
+        "validation_summary",
+        f"The cost model checked: each model held out and predicted from the others (targets for the speedup: "
+        f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%)",
+        _frame(rows),
+    )
+
+
+def validation_rows_table(pred: dict) -> dict | None:
+    rows = pred["validation"]
+    if not rows:
+        return None
+    columns = ["source", "model", "device", "variant", "predicted", "measured", "error_percent", "bound"]
+    return table("validation", "Every held-out prediction against its measurement", _frame(rows), columns)
+
+
+def paper_table(pred: dict) -> dict | None:
+    rows = pred["paper"]
+    if not rows:
+        return None
+    return table("paper_rates", "The paper's three points and the reference host's, as training rates", _frame(rows))
+
+
+def validation_verdicts(pred: dict) -> list[str]:
+    """Per source and variant, the speedup's median and worst error against the targets, said plainly; and the
+    largest misses on each device."""
+    out = []
+    for s in pred["validation_summary"]:
+        if s["device"] != "speedup":
+            continue
+        median, worst = s["median_abs_error_percent"], s["worst_abs_error_percent"]
+        median_word = "met" if median <= MEDIAN_TARGET else "MISSED"
+        worst_word = "met" if worst <= WORST_TARGET else "MISSED"
+        out.append(
+            f"{words.source_short(s['source'])}, {s['variant']} variant, {s['models']} models: the predicted speedup's "
+            f"median error is {median:.1f}% (target {MEDIAN_TARGET:.0f}%: {median_word}), its worst {worst:.1f}% "
+            f"({s['worst_model']}; target {WORST_TARGET:.0f}%: {worst_word})."
+        )
+    misses = [r for r in pred["validation"] if r["variant"] == "paper" and abs(r["error_percent"]) > WORST_TARGET]
+    for device in ("cpu", "cuda", "speedup"):
+        found = sorted((r for r in misses if r["device"] == device), key=lambda r: -abs(r["error_percent"]))
+        if found:
+            listed = ", ".join(f"{r['model']} {r['error_percent']:+.0f}%" for r in found)
+            what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
+            out.append(f"Beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
+    return out
+
+
+def paper_verdicts(pred: dict) -> list[str]:
+    """What the paper's three points imply about its hardware: each CPU's training rate on resnet50 against its
+    rate on resnet18, and how close the cost model's own form comes to the paper's points."""
+    out = []
+    rows = pred["paper"]
+    for device in ("cpu", "cuda"):
+        for source in sorted({r["source"] for r in rows if r["device"] == device}):
+            by_model = {r["model"]: r for r in rows if r["source"] == source and r["device"] == device}
+            if "resnet18" in by_model and "resnet50" in by_model:
+                a, b = by_model["resnet18"], by_model["resnet50"]
+                out.append(
+                    f"{words.source_short(source)}, {words.device(device)}: resnet18 at "
+                    f"{a['effective_gflops_per_second']:,.0f} GFLOP/s, resnet50 at "
+                    f"{b['effective_gflops_per_second']:,.0f} ({b['rate_vs_resnet18']:.2f} of its resnet18 rate)."
+                )
+    for device in ("cpu", "cuda"):
+        fitted = [r for r in rows if r["device"] == device and r.get("cost_model_epoch_seconds")]
+        if fitted:
+            listed = ", ".join(
+                f"{r['model']} {r['cost_model_epoch_seconds']:.1f} s against {r['epoch_seconds']:.1f} s "
+                f"({words.percent(r['cost_model_epoch_seconds'] / r['epoch_seconds'] - 1, 0, sign=True)})"
+                for r in fitted
+            )
+            out.append(
+                f"The cost model's form (fixed step cost, per-layer cost, one rate) fitted to the paper's three "
+                f"{words.device(device)} points: {listed}."
+            )
+            worst = max(fitted, key=lambda r: abs(math.log(r["epoch_seconds"] / r["cost_model_epoch_seconds"])))
+            ratio = worst["epoch_seconds"] / worst["cost_model_epoch_seconds"]
+            if abs(math.log(ratio)) > math.log(1 + WORST_TARGET / 100):
+                out.append(
+                    f"No hardware of the cost model's form gives the paper's {words.device(device)} {worst['model']} "
+                    f"epoch: it is {ratio:.1f} times what the form fits to all three points, so that one figure, "
+                    "not the device, sets the paper's speedup for it."
+                )
+    return out
+
+
+def prediction_section(pred: dict | None) -> dict | None:
+    """Everything the 'Predicted before measuring' section shows; None without the predict stage's tables."""
+    if pred is None:
+        return None
+    return {
+        "host": predicted_host_table(pred),
+        "summary": validation_summary_table(pred),
+        "verdicts": validation_verdicts(pred),
+        "rows": validation_rows_table(pred),
+        "paper": paper_table(pred),
+        "paper_verdicts": paper_verdicts(pred),
+    }
+
+
+def predicted_for_host(pred: dict | None) -> str | None:
+    """The key-results line for a host without measured speedups: what is predicted for it, labelled as such."""
+    if not pred:
+        return None
+    rows = [r for r in pred["beside"] if r.get("predicted_speedup") is not None]
+    if rows:
+        listed = ", ".join(
+            f"{r['model']} {words.times(r['predicted_speedup'])}"
+            for r in sorted(rows, key=lambda r: r["predicted_speedup"])
+        )
+        return f"{PREDICTION_LABEL} for this host (from its probe, not measured): GPU speedups {listed}."
+    cpu = [r for r in pred["beside"] if r.get("predicted_cpu_epoch_seconds") is not None]
+    if cpu:
+        listed = ", ".join(
+            f"{r['model']} {words.seconds(r['predicted_cpu_epoch_seconds'])}"
+            for r in sorted(cpu, key=lambda r: r["predicted_cpu_epoch_seconds"])[:8]
+        )
+        return (
+            f"{PREDICTION_LABEL} for this host (from its CPU probe, not measured; no GPU probed): CPU seconds per "
+            f"epoch {listed}" + (" and more (see Predicted before measuring)." if len(cpu) > 8 else ".")
+        )
+    return None
 
 
 # ---- the headline table --------------------------------------------------------------------------------------------
@@ -717,6 +893,7 @@ def render(
     params_files: list[Path],
     vega_bundle: str | None = None,
     out_dir: Path | None = None,
+    pred: dict | None = None,
 ) -> str:
     import vl_convert
 
@@ -749,7 +926,8 @@ def render(
         label=config["study"].get("label"),
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper,
-        key=key_results(tables),
+        key=key_results(tables, pred),
+        prediction=prediction_section(pred),
         warnings=warnings(tables),
         headline=headline(tables["speedup"], tolerance),
         tolerance=tolerance,
@@ -769,8 +947,17 @@ def render(
     )
 
 
-def run(tables_dir: Path, chart_dir: Path, out: Path, config: dict, params_files: list[Path]) -> Path:
-    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent)
+def run(
+    tables_dir: Path,
+    chart_dir: Path,
+    out: Path,
+    config: dict,
+    params_files: list[Path],
+    predict_dir: Path | None = None,
+) -> Path:
+    """The page; with predict_dir (results/predict), its 'Predicted before measuring' section too."""
+    pred = load_predictions(predict_dir)
+    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent, pred=pred)
     fsutil.write_text(out, html)
     log.info("report -> %s", out)
     return out
