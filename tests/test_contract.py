@@ -15,11 +15,7 @@ from gpuscale import params, record, settings
 MAX_FUNCTION_LINES = 60
 # Over the limit in files other engineers own, to be cut there; the test fails when one is cut (shrink this list).
 KNOWN_LONG = {
-    "charts.py:amdahl",
-    "charts.py:speedup_vs_size",
-    "report.py:headline",
-    "report.py:warnings",
-    "cli.py:build_parser",
+    "data.py:imagefolder",  # faults' file
 }
 
 

@@ -271,35 +271,40 @@ def run(
             torch.set_num_threads(threads or train_settings.get("cpu_threads") or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
-        batch = train_settings["batch_size"]
-        torch.manual_seed(0)
-        cases_by_kind = layer_cases(batch)
-        if quick:
-            cases_by_kind = {"conv": cases_by_kind["conv"][1:2]}
-        for kind, cases in cases_by_kind.items():
-            doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind])
-            log.info("probe %s: %s %.3g GFLOP/s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
-        fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
-        stacked, _ = _timed(
-            _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
-        )
-        doc["fixed_step_seconds"] = fixed
-        doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
-        if not quick:
-            doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
-        pipeline = input_pipeline(train_settings, device, budget_seconds * SHARES["input_pipeline"])
-        doc["input_pipeline"] = pipeline
-        doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
-        log.info(
-            "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s",
-            device_slug,
-            fixed * 1e3,
-            doc["layer_seconds"] * 1e3,
-            pipeline["images_per_second"] or 0,
-        )
+        _measure(doc, device, device_slug, train_settings, budget_seconds, quick)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
+
+
+def _measure(doc: dict, device, device_slug: str, train_settings: dict, budget_seconds: float, quick: bool) -> None:
+    """The probe's parts, in order, each within its share of the budget, into `doc`."""
+    batch = train_settings["batch_size"]
+    torch.manual_seed(0)
+    cases_by_kind = layer_cases(batch)
+    if quick:
+        cases_by_kind = {"conv": cases_by_kind["conv"][1:2]}
+    for kind, cases in cases_by_kind.items():
+        doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind])
+        log.info("probe %s: %s %.3g GFLOP/s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
+    fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
+    stacked, _ = _timed(
+        _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
+    )
+    doc["fixed_step_seconds"] = fixed
+    doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
+    if not quick:
+        doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
+    pipeline = input_pipeline(train_settings, device, budget_seconds * SHARES["input_pipeline"])
+    doc["input_pipeline"] = pipeline
+    doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
+    log.info(
+        "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s",
+        device_slug,
+        fixed * 1e3,
+        doc["layer_seconds"] * 1e3,
+        pipeline["images_per_second"] or 0,
+    )
 
 
 def write(path: Path | str, doc: dict) -> None:

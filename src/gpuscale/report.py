@@ -266,57 +266,65 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
         .group_by("source", "model", "variant", "is_cpu")
         .agg(pl.col("train_images_per_second").median())
     )
-
-    def images_per_second(source, model, variant, cpu):
-        found = rate.filter(
-            (pl.col("source") == source)
-            & (pl.col("model") == model)
-            & (pl.col("variant") == variant)
-            & (pl.col("is_cpu") == cpu)
-        )
-        return None if found.is_empty() else found["train_images_per_second"][0]
-
     out = []
     local_speedups = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
+    pairs = _by_flops(
+        local.filter(pl.col("device") == "cpu").unique(["model", "variant"], keep="first", maintain_order=True)
+    )
     for ref in references:
-        name = words.source_short(ref)
-        cpu_lines, gpu_lines = [], []
-        pairs = _by_flops(
-            local.filter(pl.col("device") == "cpu").unique(["model", "variant"], keep="first", maintain_order=True)
-        )
-        for r in pairs.iter_rows(named=True):
-            here = images_per_second(LOCAL_SOURCE, r["model"], r["variant"], True)
-            there_cpu = images_per_second(ref, r["model"], r["variant"], True)
-            there_gpu = images_per_second(ref, r["model"], r["variant"], False)
-            if here and there_cpu:
-                cpu_lines.append(f"{r['model']} {words.times(here / there_cpu, 2)}")
-            if here and there_gpu:
-                gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
-        if cpu_lines:
-            out.append(
-                f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
-                f"{', '.join(cpu_lines)}."
-            )
-        if local_speedups.is_empty():
-            ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
-            variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
-            listed = [
-                f"{r['model']} {words.times(r['speedup'])}"
-                for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
-                if r["model"] in set(pairs["model"].to_list())
-            ]
-            line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
-            if listed:
-                line += f" ({', '.join(listed)} for the models run here)"
-            if gpu_lines:
-                line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
-            out.append(line + ".")
+        out += _against_reference(speedup, rate, pairs, ref, local_speedups.is_empty())
     if not local_speedups.is_empty():
         listed = [
             f"{r['model']} {words.times(r['speedup'])} ({r['variant']})"
             for r in _by_flops(local_speedups).iter_rows(named=True)
         ]
         out.append(f"This host's GPU speedups: {', '.join(listed)}.")
+    return out
+
+
+def _images_per_second(rate: pl.DataFrame, source: str, model: str, variant: str, cpu: bool) -> float | None:
+    found = rate.filter(
+        (pl.col("source") == source)
+        & (pl.col("model") == model)
+        & (pl.col("variant") == variant)
+        & (pl.col("is_cpu") == cpu)
+    )
+    return None if found.is_empty() else found["train_images_per_second"][0]
+
+
+def _against_reference(speedup, rate, pairs: pl.DataFrame, ref: str, no_local_gpu: bool) -> list[str]:
+    """This host's CPU rate against one reference study's, per model run here; without a GPU here, the reference's
+    speedups for those models and how much faster its GPU would train than this CPU."""
+    out = []
+    name = words.source_short(ref)
+    cpu_lines, gpu_lines = [], []
+    for r in pairs.iter_rows(named=True):
+        here = _images_per_second(rate, LOCAL_SOURCE, r["model"], r["variant"], True)
+        there_cpu = _images_per_second(rate, ref, r["model"], r["variant"], True)
+        there_gpu = _images_per_second(rate, ref, r["model"], r["variant"], False)
+        if here and there_cpu:
+            cpu_lines.append(f"{r['model']} {words.times(here / there_cpu, 2)}")
+        if here and there_gpu:
+            gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
+    if cpu_lines:
+        out.append(
+            f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
+            f"{', '.join(cpu_lines)}."
+        )
+    if no_local_gpu:
+        ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
+        variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
+        listed = [
+            f"{r['model']} {words.times(r['speedup'])}"
+            for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
+            if r["model"] in set(pairs["model"].to_list())
+        ]
+        line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
+        if listed:
+            line += f" ({', '.join(listed)} for the models run here)"
+        if gpu_lines:
+            line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
+        out.append(line + ".")
     return out
 
 
@@ -536,7 +544,36 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
     groups = [(s, v) for s in _measured_sources(speedup) for v in _variants(speedup.filter(pl.col("source") == s))]
     by_key = {(r["source"], r["variant"], r["model"]): r for r in speedup.to_dicts()}
     papers = {p["model"]: p for p in paper.ROWS}
-    models = _by_flops(
+    rows = []
+    for m in _headline_models(speedup, papers):
+        name = m["model"]
+        p = papers.get(name)
+        notes, cells = [], []
+        for s, v in groups:
+            r = by_key.get((s, v, name))
+            if r is None:
+                cells.append({"value": "not run", "lines": []})
+                continue
+            cells.append(_headline_cell(r))
+            notes += _headline_notes(speedup, s, v, r, p, tolerance)
+        rows.append(
+            {
+                "model": name,
+                "parameters": words.si(m["parameters"]),
+                "flops": words.si(m["train_flops_per_image"]),
+                "cells": [_paper_cell(p), *cells],
+                "notes": notes,
+            }
+        )
+    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
+        f"{words.source_short(s)}, {v}" for s, v in groups
+    ]
+    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+
+
+def _headline_models(speedup: pl.DataFrame, papers: dict) -> list[dict]:
+    """Every model measured or in the paper, with its size, ordered by training FLOPs per image."""
+    return _by_flops(
         pl.concat(
             [
                 speedup.select("model", "parameters", "train_flops_per_image"),
@@ -550,68 +587,56 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
         .group_by("model")
         .agg(pl.col("parameters").drop_nulls().first(), pl.col("train_flops_per_image").drop_nulls().first())
     ).to_dicts()
-    rows = []
-    for m in models:
-        name = m["model"]
-        p = papers.get(name)
-        notes = []
-        cells = []
-        for s, v in groups:
-            r = by_key.get((s, v, name))
-            if r is None:
-                cells.append({"value": "not run", "lines": []})
-                continue
-            chip = _chip(r)
-            lines = []
-            if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
-                lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
-            if chip["detail"]:
-                lines.append(chip["detail"])
-            if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
-                lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
-            cells.append({"value": chip["value"], "lines": lines})
-            if r["accuracy_parity"] is False:
-                notes.append(
-                    f"{words.source_short(s)}, {v}: CPU and GPU accuracy differ by "
-                    f"{words.percent(r['accuracy_difference'], 1, sign=True)}, beyond the tolerance"
-                )
-            if p and p["gpu_accuracy"] is not None and r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
-                gap = r["gpu_accuracy"] - p["gpu_accuracy"]
-                if abs(gap) > tolerance:
-                    notes.append(
-                        f"{words.source_short(s)}, {v}: GPU accuracy {words.percent(r['gpu_accuracy'], 1)} against "
-                        f"the paper's {words.percent(p['gpu_accuracy'], 2)}"
-                        + _accuracy_reason(speedup, s, v, r, p["gpu_accuracy"], tolerance)
-                    )
-            if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
-                notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
-            if r["synthetic"]:
-                notes.append(f"{words.source_short(s)}: synthetic data")
-        if p:
-            paper_cell = {
-                "value": words.times(p["speedup"]),
-                "lines": [
-                    f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
-                    f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
-                    if p["gpu_accuracy"] is not None
-                    else "accuracy not reported",
-                ],
-            }
-        else:
-            paper_cell = {"value": "not reported", "lines": []}
-        rows.append(
-            {
-                "model": name,
-                "parameters": words.si(m["parameters"]),
-                "flops": words.si(m["train_flops_per_image"]),
-                "cells": [paper_cell, *cells],
-                "notes": notes,
-            }
+
+
+def _headline_cell(r: dict) -> dict:
+    """One source and variant's cell: the speedup, both times, the interval or steady speedup, the GPU accuracy."""
+    chip = _chip(r)
+    lines = []
+    if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
+        lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
+    if chip["detail"]:
+        lines.append(chip["detail"])
+    if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+        lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
+    return {"value": chip["value"], "lines": lines}
+
+
+def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | None, tolerance: float) -> list[str]:
+    """What a reader must know about one cell: accuracy off between devices or against the paper, no GPU, synthetic."""
+    notes = []
+    if r["accuracy_parity"] is False:
+        notes.append(
+            f"{words.source_short(s)}, {v}: CPU and GPU accuracy differ by "
+            f"{words.percent(r['accuracy_difference'], 1, sign=True)}, beyond the tolerance"
         )
-    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
-        f"{words.source_short(s)}, {v}" for s, v in groups
-    ]
-    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+    if p and p["gpu_accuracy"] is not None and r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+        gap = r["gpu_accuracy"] - p["gpu_accuracy"]
+        if abs(gap) > tolerance:
+            notes.append(
+                f"{words.source_short(s)}, {v}: GPU accuracy {words.percent(r['gpu_accuracy'], 1)} against "
+                f"the paper's {words.percent(p['gpu_accuracy'], 2)}"
+                + _accuracy_reason(speedup, s, v, r, p["gpu_accuracy"], tolerance)
+            )
+    if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
+        notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
+    if r["synthetic"]:
+        notes.append(f"{words.source_short(s)}: synthetic data")
+    return notes
+
+
+def _paper_cell(p: dict | None) -> dict:
+    if not p:
+        return {"value": "not reported", "lines": []}
+    return {
+        "value": words.times(p["speedup"]),
+        "lines": [
+            f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
+            f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
+            if p["gpu_accuracy"] is not None
+            else "accuracy not reported",
+        ],
+    }
 
 
 def _accuracy_reason(speedup, source, variant, row, target, tolerance) -> str:
@@ -833,6 +858,19 @@ def warnings(tables: dict) -> list[str]:
             f"{r['source']}: {r['model']} ({r['variant']}): CPU and GPU runs differ in epochs or data size; "
             "the speedup compares seconds per epoch."
         )
+    out += _host_warnings(runs)
+    extrapolated = runs.filter(pl.col("extrapolated"))
+    if not extrapolated.is_empty():
+        out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")
+    for s in tables.get("skipped_records", []):
+        out.append(f"skipped record {s['path']}: {s['reason']}")
+    return out
+
+
+def _host_warnings(runs: pl.DataFrame) -> list[str]:
+    """Per source: CPU runs whose threads and loader workers outnumber the cores; compiled runs that may have
+    found a warm compile cache."""
+    out = []
     crowded = runs.filter((pl.col("status") == "measured") & pl.col("oversubscribed"))
     for (source,), frame in crowded.group_by(["source"], maintain_order=True):
         r = frame.row(0, named=True)
@@ -860,11 +898,6 @@ def warnings(tables: dict) -> list[str]:
             "and so their whole-run time, can be several times shorter than a first run's; steady epochs are "
             "unaffected. Setting a variant's compile cache to cold gives every run an empty cache."
         )
-    extrapolated = runs.filter(pl.col("extrapolated"))
-    if not extrapolated.is_empty():
-        out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")
-    for s in tables.get("skipped_records", []):
-        out.append(f"skipped record {s['path']}: {s['reason']}")
     return out
 
 
@@ -874,7 +907,7 @@ def provenance(runs: pl.DataFrame, params_files: list[Path]) -> dict:
         "commits": sorted({c for c in runs["git_commit"].to_list() if c}),
         "data": runs.select("source", "data_source", "manifest_sha256", "train_images", "test_images")
         .unique()
-        .sort("source", nulls_last=True)
+        .sort("source", "data_source", "manifest_sha256", nulls_last=True)
         .to_dicts(),
         "records": runs.select("record_path", "record_sha256").sort("record_path").to_dicts(),
     }
