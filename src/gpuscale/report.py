@@ -32,6 +32,7 @@ HEADLINE_DEFINITION = (
     "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
     "timed it and as a user waits; the steady speedup (first epoch left out) is shown where it differs by a quarter."
 )
+WEAK_R2 = 0.5  # below it, a size's power law does not 'decide' the speedup: the key results say so
 STEADY_DIFFERS = 1.25  # show the steady speedup where it differs from the whole-run one by this factor or more
 
 CHART_HELP = {
@@ -348,8 +349,11 @@ def key_results(tables: dict, pred: dict | None = None) -> dict:
             r2 = charts.r2_by_fit(fits, source, baseline)
             follows = "training FLOPs per image" if r2[charts.FIT_FLOPS] >= r2[charts.FIT_PARAMETERS] else "parameters"
             models = frame.filter((pl.col("variant") == baseline) & pl.col("speedup").is_not_null()).height
+            claim = f"The speedup follows {follows}"
+            if max(r2[charts.FIT_FLOPS], r2[charts.FIT_PARAMETERS]) < WEAK_R2:
+                claim = f"Neither size predicts the speedup well; {follows} does better"
             findings.append(
-                f"The speedup follows {follows}: {charts.verdict(fits, source, baseline, short=True)} "
+                f"{claim}: {charts.verdict(fits, source, baseline, short=True)} "
                 f"({baseline} variant, power laws over {models} models)."
             )
         findings += paper_comparison(speedup, runs, source, baseline)
@@ -435,10 +439,10 @@ def paper_table(pred: dict) -> dict | None:
     return table("paper_rates", "The paper's three points and the reference host's, as training rates", _frame(rows))
 
 
-def validation_verdicts(pred: dict) -> list[str]:
-    """Per source and variant, the speedup's median and worst error against the targets, said plainly; and the
-    largest misses on each device."""
-    out = []
+def validation_verdicts(pred: dict) -> dict[str, list[str]]:
+    """targets: per source and variant, the speedup's median and worst error against the targets, said plainly;
+    misses: the predictions beyond the worst-case target on each device."""
+    out, misses_out = [], []
     for s in pred["validation_summary"]:
         if s["device"] != "speedup":
             continue
@@ -456,14 +460,14 @@ def validation_verdicts(pred: dict) -> list[str]:
         if found:
             listed = ", ".join(f"{r['model']} {r['error_percent']:+.0f}%" for r in found)
             what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
-            out.append(f"Beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
-    return out
+            misses_out.append(f"Beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
+    return {"targets": out, "misses": misses_out}
 
 
-def paper_verdicts(pred: dict) -> list[str]:
-    """What the paper's three points imply about its hardware: each CPU's training rate on resnet50 against its
-    rate on resnet18, and how close the cost model's own form comes to the paper's points."""
-    out = []
+def paper_verdicts(pred: dict) -> dict[str, list[str]]:
+    """What the paper's three points imply about its hardware. main: where the cost model's own form cannot give a
+    paper point; rates: each source's training rate on resnet50 against its rate on resnet18, and the fits."""
+    out, main = [], []
     rows = pred["paper"]
     for device in ("cpu", "cuda"):
         for source in sorted({r["source"] for r in rows if r["device"] == device}):
@@ -490,12 +494,12 @@ def paper_verdicts(pred: dict) -> list[str]:
             worst = max(fitted, key=lambda r: abs(math.log(r["epoch_seconds"] / r["cost_model_epoch_seconds"])))
             ratio = worst["epoch_seconds"] / worst["cost_model_epoch_seconds"]
             if abs(math.log(ratio)) > math.log(1 + WORST_TARGET / 100):
-                out.append(
+                main.append(
                     f"No hardware of the cost model's form gives the paper's {words.device(device)} {worst['model']} "
                     f"epoch: it is {ratio:.1f} times what the form fits to all three points, so that one figure, "
                     "not the device, sets the paper's speedup for it."
                 )
-    return out
+    return {"main": main, "rates": out}
 
 
 def prediction_section(pred: dict | None) -> dict | None:
