@@ -20,7 +20,7 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from gpuscale import charts, fsutil, paper, predict, words
+from gpuscale import charts, costmodel, fsutil, paper, predict, words
 from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
 from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
@@ -100,6 +100,8 @@ def _cell(column: str, value) -> str:
             return f"{value:+.1f}%".replace("-", "−") if column == "error_percent" else f"{value:.1f}%"
         if column.startswith("predicted_speedup"):
             return f"{value:.2f}×"
+        if column == "train_flops_per_image":
+            return words.si(value)
         if column in ("speedup", "steady_speedup", "gain", "steady_gain") or column.startswith("speedup"):
             return f"{value:.2f}×"
         if "accuracy" in column:
@@ -395,10 +397,22 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
 
 def predicted_host_table(pred: dict) -> dict | None:
     """This host's predicted epochs and speedups per registry model, beside each reference study's measurements."""
-    rows = [r for r in pred["beside"] if any(k.startswith("predicted_") for k in r)]
+    flops = {name: f.train_flops_per_image for name, f in costmodel.load_facts().items()}
+    rows = [
+        {**r, "train_flops_per_image": flops.get(r["model"])}
+        for r in pred["beside"]
+        if any(k.startswith("predicted_") for k in r)
+    ]
     if not rows:
         return None
-    first = ["model", "predicted_cpu_epoch_seconds", "predicted_gpu_epoch_seconds", "predicted_speedup"]
+    rows.sort(key=lambda r: (r["train_flops_per_image"] is None, r["train_flops_per_image"] or 0, r["model"]))
+    first = [
+        "model",
+        "train_flops_per_image",
+        "predicted_cpu_epoch_seconds",
+        "predicted_gpu_epoch_seconds",
+        "predicted_speedup",
+    ]
     band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
     measured = sorted({k for r in rows for k in r if ": " in k})
     frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
@@ -522,11 +536,12 @@ def predicted_for_host(pred: dict | None) -> str | None:
         return None
     rows = [r for r in pred["beside"] if r.get("predicted_speedup") is not None]
     if rows:
-        listed = ", ".join(
-            f"{r['model']} {words.times(r['predicted_speedup'])}"
-            for r in sorted(rows, key=lambda r: r["predicted_speedup"])
-        )
-        return f"{PREDICTION_LABEL} for this host (from its probe, not measured): GPU speedups {listed}."
+        rows = sorted(rows, key=lambda r: r["predicted_speedup"])
+        papers = {p["model"] for p in paper.ROWS}
+        shown = [r for i, r in enumerate(rows) if r["model"] in papers or i in (0, len(rows) - 1)]
+        listed = ", ".join(f"{r['model']} {words.times(r['predicted_speedup'])}" for r in shown)
+        more = f" ({len(rows)} models in Predicted before measuring)" if len(shown) < len(rows) else ""
+        return f"{PREDICTION_LABEL} for this host (from its probe, not measured): GPU speedups {listed}{more}."
     cpu = [r for r in pred["beside"] if r.get("predicted_cpu_epoch_seconds") is not None]
     if cpu:
         listed = ", ".join(
@@ -534,8 +549,8 @@ def predicted_for_host(pred: dict | None) -> str | None:
             for r in sorted(cpu, key=lambda r: r["predicted_cpu_epoch_seconds"])[:8]
         )
         return (
-            f"{PREDICTION_LABEL} for this host (from its CPU probe, not measured; no GPU probed): CPU seconds per "
-            f"epoch {listed}" + (" and more (see Predicted before measuring)." if len(cpu) > 8 else ".")
+            f"{PREDICTION_LABEL} for this host (from its CPU probe, not measured; the probe found no GPU): CPU "
+            f"seconds per epoch {listed}" + (" and more (see Predicted before measuring)." if len(cpu) > 8 else ".")
         )
     return None
 
