@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from gpuscale import models, nets
+from gpuscale import factsfile, models, nets
 
 
 def count(name: str) -> int:
@@ -109,7 +109,7 @@ def test_facts_file_is_torch_free_and_lists_the_registry():
 @pytest.mark.parametrize("name", with_heavy_marked(models.MODEL_NAMES))
 def test_every_model_trains_a_step_on_the_cpu_and_its_facts_are_current(name):
     """One training step on 2 images, then its cost against modelfacts.json, which fails when the file is stale
-    (regenerate it with `python -m gpuscale.nets --facts`). The counts of non-matmul work (flops_by_kind.other,
+    (regenerate it with `python -m gpuscale.factsfile --facts`). The counts of non-matmul work (flops_by_kind.other,
     ops_per_step) follow torch's dispatch, which may shift a little between torch versions; the rest is exact."""
     torch.manual_seed(0)
     model = models.build(name).train()
@@ -119,7 +119,7 @@ def test_every_model_trains_a_step_on_the_cpu_and_its_facts_are_current(name):
     assert logits.shape == (2, 10) and torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
 
-    fresh = nets.model_facts([name])["models"][name]
+    fresh = factsfile.model_facts([name])["models"][name]
     assert fresh["train_flops_per_image"] > 2 * fresh["forward_flops_per_image"] > 0
     kinds = fresh["flops_by_kind"]
     assert set(kinds) == set(nets.FLOP_KINDS) and all(v >= 0 for v in kinds.values())
@@ -127,13 +127,13 @@ def test_every_model_trains_a_step_on_the_cpu_and_its_facts_are_current(name):
     assert kinds["other"] > 0 and fresh["ops_per_step"] > 0
 
     stored = models.facts()
-    assert stored["schema"] == 1 and name in stored["models"], "stale: run python -m gpuscale.nets --facts"
+    assert stored["schema"] == 1 and name in stored["models"], "stale: run python -m gpuscale.factsfile --facts"
     entry = stored["models"][name]
     approximate = {"ops_per_step": (entry.pop("ops_per_step"), fresh.pop("ops_per_step"))}
     approximate["other"] = (entry["flops_by_kind"].pop("other"), fresh["flops_by_kind"].pop("other"))
-    assert entry == fresh, "stale: run python -m gpuscale.nets --facts"
+    assert entry == fresh, "stale: run python -m gpuscale.factsfile --facts"
     for key, (old, new) in approximate.items():
-        assert new == pytest.approx(old, rel=0.05), f"{key} stale: run python -m gpuscale.nets --facts"
+        assert new == pytest.approx(old, rel=0.05), f"{key} stale: run python -m gpuscale.factsfile --facts"
 
 
 def test_flops_ordered_by_compute():

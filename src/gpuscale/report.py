@@ -271,7 +271,9 @@ def _data_wait_text(shares: pl.DataFrame, speedup: pl.DataFrame, source: str, va
         (pl.col("source") == source) & (pl.col("variant") == variant) & (pl.col("model") == most["model"])
     )["speedup"].drop_nulls()
     told = f" ({most['model']}: {words.times(gain[0])})" if len(gain) else ""
-    return text + f": where the loader sets the pace{told}, the GPU waits, and compute per image barely moves its epoch."
+    return (
+        text + f": where the loader sets the pace{told}, the GPU waits, and compute per image barely moves its epoch."
+    )
 
 
 def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str]:
