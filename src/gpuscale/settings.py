@@ -69,6 +69,11 @@ class _Section:
     def from_dict(cls, values: dict[str, Any]):
         return cls(**values)
 
+    @classmethod
+    def of(cls, values):
+        """The section as it is, or typed from its params-shaped dict (callers without params: tests, benchmarks)."""
+        return values if isinstance(values, cls) else cls.from_dict(values)
+
     def to_dict(self) -> dict:
         return _plain(self)
 
