@@ -200,15 +200,15 @@ def typed_run_settings(
 
 def run_settings(config: typed.Params | dict, model: str, device: str, variant: str, seed: int) -> dict:
     """Everything that shapes one run's result; the record keeps it, Snakemake reruns on its change."""
-    p = typed.Params.of(config)
+    stage = typed.TrainStageParams.of(config, model, variant)  # only the keys the train stage depends on
     return {
         "model": model,
         "device": device,
         "variant": variant,
         "seed": seed,
-        "on_missing_device": p.study.on_missing_device,
-        "variant_knobs": p.variants[variant].to_dict(),
-        "train": p.train_for(model).to_dict(),
+        "on_missing_device": stage.on_missing_device,
+        "variant_knobs": stage.variant.to_dict(),
+        "train": stage.train.to_dict(),
     }
 
 
@@ -262,13 +262,14 @@ def sweep_settings(
     """A run's settings with the swept setting replaced; the sweep is part of the run's key."""
     if parameter not in SWEEP_PARAMETERS:
         raise ParamsError(f"--sweep: unknown parameter {parameter!r} (allowed: {', '.join(SWEEP_PARAMETERS)})")
-    p = typed.Params.of(config)
+    stage = typed.TrainStageParams.of(config, model, variant)
     swept = {"batch_size": value} if parameter == "batch" else {"cpu_threads": value}
-    settings = run_settings(p, model, device, variant, seed)
-    # sweep-only train keys after models.<m>, then the swept value
-    settings["train"] = p.train_for(model, {**p.sweeps.train, **swept}).to_dict()
-    settings["sweep"] = {"parameter": parameter, "value": value}
-    return settings
+    return {
+        **run_settings(config, model, device, variant, seed),
+        # sweep-only train keys after models.<m>, then the swept value
+        "train": stage.train_with({**stage.sweep_train, **swept}).to_dict(),
+        "sweep": {"parameter": parameter, "value": value},
+    }
 
 
 def data_parallel_size(device: str) -> int:

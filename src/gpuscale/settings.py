@@ -330,3 +330,31 @@ class Params:
         """train.* of one model: models.<model>.* (then `overrides`) replacing whole keys."""
         merged = {**self.train.to_dict(), **self.models.get(model, {}), **(overrides or {})}
         return TrainSettings.from_dict(copy.deepcopy(merged))
+
+
+@dataclass(frozen=True)
+class TrainStageParams:
+    """What one training run reads of params, and nothing else (deps.STAGE_PARAMS['train'] and the sweeps'): a
+    run's settings must be a function of these keys alone, so it is typed from them, not from the whole file."""
+
+    on_missing_device: str
+    variant: Variant
+    train: TrainSettings  # train.* with models.<model>.* replacing whole keys
+    sweep_train: dict  # sweeps.train: train.* keys replaced for sweep runs only
+
+    @classmethod
+    def of(cls, config: Params | dict[str, Any], model: str, variant: str) -> TrainStageParams:
+        if isinstance(config, Params):
+            study, sweeps = config.study, config.sweeps
+            return cls(study.on_missing_device, config.variants[variant], config.train_for(model), sweeps.train)
+        merged = {**config["train"], **((config.get("models") or {}).get(model) or {})}
+        return cls(
+            on_missing_device=config["study"]["on_missing_device"],
+            variant=Variant.from_dict(config["variants"][variant]),
+            train=TrainSettings.from_dict(copy.deepcopy(merged)),
+            sweep_train=dict((config.get("sweeps") or {}).get("train") or {}),
+        )
+
+    def train_with(self, overrides: dict) -> TrainSettings:
+        """These train settings with some keys replaced whole (a sweep's)."""
+        return TrainSettings.from_dict(copy.deepcopy({**self.train.to_dict(), **overrides}))
