@@ -3,6 +3,9 @@
 The device-name pattern lives here and nowhere else: the params schema is checked against it by a
 test, gpuscale.params validates with it, the Snakefile's wildcard constraint and the aggregation
 derive from it. A device spec is parsed once into a DeviceSpec (kind, index, world size).
+Every params section a stage reads is a frozen dataclass here; `Params.from_dict` types the whole validated
+file once (gpuscale.params.load_typed, gpuscale.commands.load_typed) and keeps the dict as `.config` for
+provenance. Stages read attributes; the record still stores a run's settings as the JSON dict (`to_dict()`).
 Torch-free: the Snakefile imports it.
 """
 
