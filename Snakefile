@@ -20,14 +20,15 @@ validate(config, "workflow/schemas/params.schema.yaml", set_default=False)
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/predict.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
-        # predict.only (config/predict.yaml): the probe and the predictions, no training.
+        # predict.only (config/predict.yaml): the probe, the predictions and a report of the reference studies
+        # beside them; no training.
         records=[] if config["predict"]["only"] else all_records(),
-        report=[] if config["predict"]["only"] else "reports/index.html",
+        report="reports/index.html",
         predictions=predict_targets(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuild everything generated from a reference study's records (no training, no local records), in one command:
 #   benchmarks/reference_report.sh reference/h200-2026-12-02
-# - reference/NAME/report.html (from the records in reference/NAME alone)
+# - reference/NAME/report.html (from the records in reference/NAME alone, with the cost model's validation on them)
 # - for the README's study (reference/h200-2026-12-02): docs/h200-study-*.png and README.md's headline block
 # - docs/params.md's generated reference (from the params schema)
 # Any number of models: nothing here lists them.
@@ -13,7 +13,9 @@ trap 'rm -rf "$TMP"' EXIT
 P=(--params params.yaml --params "$DIR/report.yaml")
 gpuscale aggregate "${P[@]}" --reference-only --out "$TMP/tables" --metrics "$TMP/metrics.json"
 gpuscale charts "${P[@]}" --tables "$TMP/tables" --out "$TMP/charts"
-gpuscale report "${P[@]}" --tables "$TMP/tables" --charts "$TMP/charts" --out "$DIR/report.html"
+# The cost model checked on these records (leave one model out) and the paper's points; no probe: no host rows.
+gpuscale predict "${P[@]}" --probes "$TMP/no-probes" --out "$TMP/predict"
+gpuscale report "${P[@]}" --tables "$TMP/tables" --charts "$TMP/charts" --predict "$TMP/predict" --out "$DIR/report.html"
 if [ "$DIR" = "$README_STUDY" ]; then
   python3 - "$TMP/charts" docs <<'PY'
 import json, pathlib, sys

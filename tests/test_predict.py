@@ -79,6 +79,10 @@ def test_predict_preset_runs_host_probe_predict_without_training(tmp_path):
     assert ("speedup", "paper") in summary  # the shipped reference study, leave-one-model-out
     assert {r["model"] for r in tables["paper"]} == {"simplecnn", "resnet18", "resnet50"}
     assert "predicted duration" not in done.stdout + done.stderr  # no training: no up-front estimate
+    # the report: the reference study beside this host's predictions, labelled as such (issue 18 item 5)
+    html = (repo / "reports/index.html").read_text()
+    assert '<section id="predicted"' in html and "PREDICTION" in html
+    assert "PREDICTED CPU seconds per epoch" in html
 
 
 def test_training_progress_lines_carry_the_jobs_eta(prepared, tmp_path, caplog):

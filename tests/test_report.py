@@ -14,7 +14,7 @@ import records
 import yaml
 from conftest import REPO
 
-from gpuscale import aggregate, charts, params, record, report
+from gpuscale import aggregate, charts, fsutil, models, params, predict, record, report
 
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><!-- \u2028 &amp;'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -48,7 +48,13 @@ def _inject(rec: dict) -> dict:
     return out
 
 
-def _build(tmp: Path, paths: list[Path], reference: list[str], config_overlays: dict | None = None) -> Path:
+def _build(
+    tmp: Path,
+    paths: list[Path],
+    reference: list[str],
+    config_overlays: dict | None = None,
+    predict_dir: Path | None = None,
+) -> Path:
     config = params.load([REPO / "params.yaml"])
     for section, values in (config_overlays or {}).items():
         config[section].update(values)
@@ -56,7 +62,7 @@ def _build(tmp: Path, paths: list[Path], reference: list[str], config_overlays: 
     params_file.write_text(yaml.safe_dump(config))
     aggregate.run(paths, reference, tmp / "tables", tmp / "metrics.json", config["report"]["accuracy_tolerance"])
     charts.run(tmp / "tables", tmp / "charts", config["report"]["accuracy_tolerance"])
-    report.run(tmp / "tables", tmp / "charts", tmp / "index.html", config, [params_file])
+    report.run(tmp / "tables", tmp / "charts", tmp / "index.html", config, [params_file], predict_dir)
     return tmp
 
 
@@ -97,10 +103,13 @@ def quick(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
-    """The reference study's report, from its records alone (as benchmarks/reference_report.sh builds it)."""
+    """The reference study's report, from its records alone, with the cost model's validation on them (as
+    benchmarks/reference_report.sh builds it)."""
     tmp = tmp_path_factory.mktemp("study")
     overlay = yaml.safe_load((REFERENCE / "report.yaml").read_text())
-    return _build(tmp, [], [str(REFERENCE.relative_to(REPO))], overlay)
+    reference = str(REFERENCE.relative_to(REPO))
+    predict.run([], [reference], tmp / "predict", list(models.MODEL_NAMES))
+    return _build(tmp, [], [reference], overlay, tmp / "predict")
 
 
 def _pages(folder: Path) -> list[Path]:
@@ -495,3 +504,107 @@ def test_every_chart_page_renders_offline_without_injection(built):
         browser.close()
     assert errors == []
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:", "about:"))] == []
+
+
+def _hand_made_predictions(folder: Path) -> Path:
+    """The predict stage's tables for a host with probe records, hand-written (labelled as such)."""
+    source = "reference/hand-written"
+    host, validation = [], []
+    for model, cpu, gpu in (("simplecnn", 20.0, 8.0), ("resnet50", 100.0, 10.0)):
+        for device, seconds in (("cpu", cpu), ("cuda", gpu)):
+            host.append(
+                {
+                    "model": model,
+                    "device": device,
+                    "variant": "paper",
+                    "quantity": "epoch_seconds",
+                    "predicted": seconds,
+                    "low": seconds / 1.4,
+                    "high": seconds * 1.4,
+                    "bound": "compute",
+                    "calibration": "probe",
+                    "label": "prediction",
+                }
+            )
+            validation.append(
+                {
+                    "source": source,
+                    "model": model,
+                    "device": device,
+                    "variant": "paper",
+                    "quantity": "epoch_seconds",
+                    "predicted": seconds,
+                    "measured": seconds * 1.5,
+                    "error_percent": -33.3,
+                    "bound": "compute",
+                    "calibration": "records",
+                }
+            )
+        host.append(
+            {
+                "model": model,
+                "device": "speedup (cuda over cpu)",
+                "variant": "paper",
+                "quantity": "speedup",
+                "predicted": cpu / gpu,
+                "low": cpu / gpu / 2,
+                "high": cpu / gpu * 2,
+                "bound": "compute",
+                "calibration": "probe / probe",
+                "label": "prediction",
+            }
+        )
+        validation.append(
+            {
+                "source": source,
+                "model": model,
+                "device": "speedup",
+                "variant": "paper",
+                "quantity": "speedup",
+                "predicted": cpu / gpu,
+                "measured": cpu / gpu * 1.6,
+                "error_percent": -37.5,
+                "bound": "compute",
+                "calibration": "records / records",
+            }
+        )
+    summary = [
+        {
+            "source": source,
+            "device": "speedup",
+            "variant": "paper",
+            "models": 2,
+            "median_abs_error_percent": 37.5,
+            "worst_abs_error_percent": 37.5,
+            "worst_model": "resnet50",
+            "meets_target": False,
+        }
+    ]
+    for name, rows in {"host": host, "validation": validation, "validation_summary": summary}.items():
+        fsutil.write_json(folder / f"{name}.json", rows)
+    return folder
+
+
+def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_measurements(quick, tmp_path):
+    pred = report.load_predictions(_hand_made_predictions(tmp_path / "predict"))
+    key = report.key_results(aggregate.read_tables(quick / "tables"), pred)
+    line = next(line for line in key["host"] if "PREDICTION" in line)
+    assert "simplecnn 2.5×" in line and "resnet50 10.0×" in line
+    section = report.prediction_section(pred)
+    host = section["host"]
+    assert "PREDICTION" in host["caption"] and all("_" not in h for h in host["header"])
+    assert "hand-written, measured: speedup (×)" in host["header"]
+    assert [row[0]["text"] for row in host["rows"]] == ["simplecnn", "resnet50"]
+    assert any("MISSED" in v and "37.5%" in v for v in section["verdicts"]["targets"])  # said plainly
+    assert any("resnet50 -38%" in v for v in section["verdicts"]["misses"])
+    assert section["paper"] is None and section["paper_verdicts"] == {"main": [], "rates": []}
+
+
+def test_the_reference_study_report_shows_the_validation_and_the_papers_hardware(study):
+    html = (study / "index.html").read_text()
+    order = ["why", "predicted", "usage", "checks"]
+    positions = [html.index(f'<section id="{s}"') for s in order]
+    assert positions == sorted(positions)
+    assert "No probe records of this host" in html  # no host table without probes
+    assert "each model held out" in html and "target 15%" in html
+    assert "0.19 of its resnet18 rate" in html  # the i9 on resnet50 against resnet18

@@ -265,9 +265,8 @@ def verdict(fits: pl.DataFrame, source: str, variant: str, short: bool = False) 
     return ""
 
 
-def speedup_vs_size(
-    speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str, style: Style
-) -> alt.Chart:
+def _size_points(speedup: pl.DataFrame, column: str) -> pl.DataFrame:
+    """The measured speedups and the paper's, each with its size in `column`."""
     measured = speedup.filter(pl.col("speedup").is_not_null()).select(
         "source",
         "variant",
@@ -280,10 +279,11 @@ def speedup_vs_size(
         "speedup_ci_low",
         "speedup_ci_high",
     )
-    measured = pl.concat([measured, _paper_points(speedup)], how="vertical_relaxed").filter(
-        pl.col(column).is_not_null()
-    )
-    fit_name = FIT_PARAMETERS if column == "parameters" else FIT_FLOPS
+    return pl.concat([measured, _paper_points(speedup)], how="vertical_relaxed").filter(pl.col(column).is_not_null())
+
+
+def _size_subtitles(speedup: pl.DataFrame, fits: pl.DataFrame, lines: pl.DataFrame) -> list[str]:
+    """Each source and variant's verdict (R² against FLOPs and parameters), and the sources without a line."""
     groups = speedup.select("source", "variant").unique(maintain_order=True)
     several = groups["source"].n_unique() > 1
     subtitles = [
@@ -291,26 +291,20 @@ def speedup_vs_size(
         for (s, v) in groups.iter_rows()
         if (text := verdict(fits, s, v, short=True))
     ]
-    lines = _fit_lines(speedup, fits, column, fit_name)
     unfitted = sorted(
         {words.source_short(s) for s in speedup.filter(pl.col("speedup").is_not_null())["source"].unique().to_list()}
         - {words.source_short(s) for s in lines["source"].unique().to_list()}
     )
     if unfitted:
         subtitles.append(f"no fitted line for {', '.join(unfitted)}: fewer than 3 models measured on both devices")
-    subtitles.append(style.key(measured["variant"].unique().to_list()))
-    chart_title = _title(title, subtitles, speedup)
-    if measured.is_empty():
-        return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
+    return subtitles
+
+
+def _size_axes(measured: pl.DataFrame, column: str, axis: str) -> tuple[alt.X, alt.Y, list, list]:
+    """Log axes around the points (the intervals included); and their domains."""
     xdomain = _log_domain(measured[column].to_list(), 1.6)
     ydomain = _log_domain([*measured["speedup"].to_list(), *measured["speedup_ci_low"].to_list()], 1.3)
     ydomain[1] = max([ydomain[1], *(v * 1.1 for v in measured["speedup_ci_high"].to_list() if v)])
-    measured = measured.sort(column)
-    present = measured["source"].unique().to_list()
-    variants = measured["variant"].unique().to_list()
-    measured = _with_labels(measured, column, "speedup", xdomain, ydomain).with_columns(
-        _mapped(measured, "source", words.source_short).alias("source_words"),
-    )
     x = alt.X(
         f"{column}:Q",
         scale=alt.Scale(type="log", domain=xdomain, nice=False),
@@ -323,7 +317,11 @@ def speedup_vs_size(
         axis=alt.Axis(labelExpr=TIMES),
         title="speedup (CPU time / GPU time)",
     )
-    tooltip = [
+    return x, y, xdomain, ydomain
+
+
+def _size_tooltip(column: str) -> list[alt.Tooltip]:
+    return [
         alt.Tooltip("source_words:N", title="source"),
         alt.Tooltip("variant:N", title="variant"),
         alt.Tooltip("model:N", title="model"),
@@ -334,11 +332,10 @@ def speedup_vs_size(
         alt.Tooltip("cpu_epoch_seconds:Q", format=".2f", title="CPU seconds per epoch"),
         alt.Tooltip("gpu_epoch_seconds:Q", format=".2f", title="GPU seconds per epoch"),
     ]
-    base = alt.Chart(measured)
-    points = base.mark_point(filled=True, size=80, opacity=0.9).encode(
-        x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=tooltip
-    )
-    labels = _labels(measured, x, y)
+
+
+def _size_lines(measured, lines, x, y, style: Style, present, variants) -> list:
+    """The fitted power laws and the 95% bootstrap intervals over seeds, under the points."""
     layers = []
     if not lines.is_empty():
         layers.append(
@@ -363,12 +360,38 @@ def speedup_vs_size(
             .mark_rule(strokeWidth=1.5)
             .encode(x=x, y="speedup_ci_low:Q", y2="speedup_ci_high:Q", color=style.colour(present))
         )
-    layers += [points, *labels]
+    return layers
+
+
+def speedup_vs_size(
+    speedup: pl.DataFrame, fits: pl.DataFrame, column: str, title: str, axis: str, style: Style
+) -> alt.Chart:
+    """Speedup against a size (parameters or training FLOPs per image), log-log, with each source's power law."""
+    measured = _size_points(speedup, column)
+    lines = _fit_lines(speedup, fits, column, FIT_PARAMETERS if column == "parameters" else FIT_FLOPS)
+    subtitles = _size_subtitles(speedup, fits, lines)
+    subtitles.append(style.key(measured["variant"].unique().to_list()))
+    chart_title = _title(title, subtitles, speedup)
+    if measured.is_empty():
+        return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
+    x, y, xdomain, ydomain = _size_axes(measured, column, axis)
+    measured = measured.sort(column)
+    present = measured["source"].unique().to_list()
+    variants = measured["variant"].unique().to_list()
+    measured = _with_labels(measured, column, "speedup", xdomain, ydomain).with_columns(
+        _mapped(measured, "source", words.source_short).alias("source_words"),
+    )
+    points = (
+        alt.Chart(measured)
+        .mark_point(filled=True, size=80, opacity=0.9)
+        .encode(x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=_size_tooltip(column))
+    )
+    layers = [*_size_lines(measured, lines, x, y, style, present, variants), points, *_labels(measured, x, y)]
     return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
 
 
-def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
-    """S(N) = 1/((1-P) + P/N) per model, P from the fit T_gpu = s + T_cpu/k; measured speedup at N = k P."""
+def _amdahl_curves(speedup: pl.DataFrame, fits: pl.DataFrame) -> tuple[list[dict], list[dict]]:
+    """Per model of each Amdahl fit: its S(N) curve's points and its measured speedup's marker at N = k P."""
     curves, marks = [], []
     paper = paper_frame()
     for fit in fits.filter((pl.col("fit_id") == Fit.AMDAHL) & pl.col("ok")).iter_rows(named=True):
@@ -402,6 +425,43 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                     "position": "N = k · P" if k_known else "k undetermined: its place along N is not measured",
                 }
             )
+    return curves, marks
+
+
+def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, present, variants, tooltip) -> list:
+    """The measured speedups (filled where k is determined, hollow where not) and their labels."""
+    layers = []
+    marks_frame = pl.DataFrame(marks).sort("N")
+    xdomain = [1.0, 1e4]
+    clamped = marks_frame.with_columns(pl.col("N").clip(1.0, 1e4))
+    placed = _with_labels(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
+    marks_frame = pl.concat([marks_frame, placed.select("label_y", "label_left")], how="horizontal")
+    for filled in (True, False):
+        subset = marks_frame.filter(pl.col("k_known") == filled)
+        if subset.is_empty():
+            continue
+        layers.append(
+            alt.Chart(subset)
+            .mark_point(filled=filled, size=90, strokeWidth=2)
+            .encode(
+                x=x,
+                y=y,
+                color=style.colour(present),
+                shape=style.shape(variants),
+                tooltip=[
+                    *tooltip,
+                    alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
+                    alt.Tooltip("S:Q", format=".2f", title="measured speedup (×)"),
+                    alt.Tooltip("position:N", title="where the marker sits"),
+                ],
+            )
+        )
+    return layers + _labels(marks_frame, x, y)
+
+
+def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
+    """S(N) = 1/((1-P) + P/N) per model, P from the fit T_gpu = s + T_cpu/k; measured speedup at N = k P."""
+    curves, marks = _amdahl_curves(speedup, fits)
     title = _title(
         "Amdahl's law per model: S(N) = 1 / ((1 − P) + P / N)",
         [
@@ -441,33 +501,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
             x=x, y=y, color=style.colour(present), strokeDash=style.dash(variants), detail="group:N", tooltip=tooltip
         )
     )
-    layers = [line]
-    marks_frame = pl.DataFrame(marks).sort("N")
-    xdomain = [1.0, 1e4]
-    clamped = marks_frame.with_columns(pl.col("N").clip(1.0, 1e4))
-    placed = _with_labels(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
-    marks_frame = pl.concat([marks_frame, placed.select("label_y", "label_left")], how="horizontal")
-    for filled in (True, False):
-        subset = marks_frame.filter(pl.col("k_known") == filled)
-        if subset.is_empty():
-            continue
-        layers.append(
-            alt.Chart(subset)
-            .mark_point(filled=filled, size=90, strokeWidth=2)
-            .encode(
-                x=x,
-                y=y,
-                color=style.colour(present),
-                shape=style.shape(variants),
-                tooltip=[
-                    *tooltip,
-                    alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
-                    alt.Tooltip("S:Q", format=".2f", title="measured speedup (×)"),
-                    alt.Tooltip("position:N", title="where the marker sits"),
-                ],
-            )
-        )
-    layers += _labels(marks_frame, x, y)
+    layers = [line, *_amdahl_markers(marks, ydomain, x, y, style, present, variants, tooltip)]
     return alt.layer(*layers).properties(
         title=title, width="container", height=HEIGHT + 60, description="Amdahl's law per model"
     )
@@ -572,6 +606,13 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
     )
     x = alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
     y = alt.Y("gpu_accuracy:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
+    return alt.layer(*_parity_band(band, scale, x, y), *_accuracy_points(data, x, y, style)).properties(
+        title=title, width="container", height=HEIGHT, description="Test accuracy, CPU against GPU"
+    )
+
+
+def _parity_band(band: pl.DataFrame, scale, x, y) -> list:
+    """The green band of agreement within the tolerance, and the diagonal."""
     area = (
         alt.Chart(band)
         .mark_area(opacity=0.15, color="green", clip=True)
@@ -582,6 +623,11 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
         )
     )
     diagonal = alt.Chart(band).mark_line(color="green", clip=True).encode(x=x, y=y)
+    return [area, diagonal]
+
+
+def _accuracy_points(data: pl.DataFrame, x, y, style: Style) -> list:
+    """One point per source, variant and model, labelled with the model."""
     present = data["source"].unique().to_list()
     variants = data["variant"].unique().to_list()
     frame = data.select(
@@ -611,9 +657,7 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
         .mark_text(dx=7, dy=-7, align="left", fontSize=11, color="#333")
         .encode(x=x, y=y, text="model:N")
     )
-    return alt.layer(area, diagonal, points, labels).properties(
-        title=title, width="container", height=HEIGHT, description="Test accuracy, CPU against GPU"
-    )
+    return [points, labels]
 
 
 def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
@@ -628,6 +672,49 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
     )
     if phase_table.is_empty():
         return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
+    data, rows = _phase_rows(phase_table, runs)
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=170)),
+            x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
+            color=alt.Color(
+                "phase_words:N",
+                title="phase",
+                sort=[words.phase(p) for p in PHASE_ORDER],
+                scale=alt.Scale(
+                    domain=[words.phase(p) for p in PHASE_ORDER], range=[words.PHASE_COLOURS[p] for p in PHASE_ORDER]
+                ),
+                legend=alt.Legend(orient="bottom", columns=2),
+            ),
+            order=alt.Order("phase_order:Q"),
+            tooltip=PHASE_TOOLTIP,
+        )
+        .properties(
+            title=title,
+            width="container",
+            height=max(120, 16 * len(rows)),
+            description="Where a training step's time goes",
+        )
+    )
+
+
+PHASE_TOOLTIP = [
+    alt.Tooltip("source:N", title="source"),
+    alt.Tooltip("model:N", title="model"),
+    alt.Tooltip("device_words:N", title="device"),
+    alt.Tooltip("variant:N", title="variant"),
+    alt.Tooltip("phase_words:N", title="phase"),
+    alt.Tooltip("fraction:Q", format=".1%", title="share of a step"),
+    alt.Tooltip("seconds_per_epoch:Q", format=".3f", title="seconds per steady epoch"),
+    alt.Tooltip("seconds_per_step:Q", format=".5f", title="seconds per step"),
+    alt.Tooltip("overhead_fraction:Q", format=".1%", title="instrumentation overhead"),
+]
+
+
+def _phase_rows(phase_table: pl.DataFrame, runs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Each phase's median over seeds per source, model, device and variant; and the bars' order (by FLOPs)."""
     sizes = runs.select("model", "train_flops_per_image", "parameters").unique("model")
     data = (
         phase_table.filter(pl.col("sweep_parameter").is_null())
@@ -653,39 +740,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         .unique(maintain_order=True)
         .to_list()
     )
-    return (
-        alt.Chart(data)
-        .mark_bar()
-        .encode(
-            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=170)),
-            x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
-            color=alt.Color(
-                "phase_words:N",
-                title="phase",
-                sort=[words.phase(p) for p in order],
-                scale=alt.Scale(domain=[words.phase(p) for p in order], range=[words.PHASE_COLOURS[p] for p in order]),
-                legend=alt.Legend(orient="bottom", columns=2),
-            ),
-            order=alt.Order("phase_order:Q"),
-            tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("device_words:N", title="device"),
-                alt.Tooltip("variant:N", title="variant"),
-                alt.Tooltip("phase_words:N", title="phase"),
-                alt.Tooltip("fraction:Q", format=".1%", title="share of a step"),
-                alt.Tooltip("seconds_per_epoch:Q", format=".3f", title="seconds per steady epoch"),
-                alt.Tooltip("seconds_per_step:Q", format=".5f", title="seconds per step"),
-                alt.Tooltip("overhead_fraction:Q", format=".1%", title="instrumentation overhead"),
-            ],
-        )
-        .properties(
-            title=title,
-            width="container",
-            height=max(120, 16 * len(rows)),
-            description="Where a training step's time goes",
-        )
-    )
+    return data, rows
 
 
 def _thread_curves(data: pl.DataFrame, fits: pl.DataFrame) -> list[dict]:

@@ -76,6 +76,19 @@ def host_predictions(
     batch_size: int,
 ) -> tuple[list[dict], list[dict]]:
     """Per registry model and probed device: predicted epoch; per model: speedup cpu / gpu. And the constants."""
+    calibrations = host_calibrations(probes, facts, references)
+    rows = []
+    for model in models:
+        if model in facts:
+            rows += _model_predictions(model, facts[model], calibrations, images, batch_size)
+    constants = [{"fitted_on": "this host's probe", **c.constants()} for c in calibrations.values()]
+    return rows, constants
+
+
+def host_calibrations(
+    probes: dict[str, dict], facts: dict[str, cm.ModelFacts], references: dict[str, list[dict]]
+) -> dict[str, cm.Calibration]:
+    """Per measured probe: its constants, refined by the `paper` records of the same host (fingerprint) if any."""
     calibrations: dict[str, cm.Calibration] = {}
     for device, probe in sorted(probes.items()):
         if probe.get("status") != "measured":
@@ -90,48 +103,49 @@ def host_predictions(
             if o.host_fingerprint == fingerprint and o.device == device and o.variant == "paper"
         ]
         calibrations[device] = cm.fit(same_host, facts, prior, device, "paper") if same_host else prior
-    rows = []
-    for model in models:
-        f = facts.get(model)
-        if f is None:
-            continue
-        per_device = {}
-        for device, cal in calibrations.items():
-            p = cm.predict_epoch(cal, f, images, batch_size)
-            per_device[device] = p
-            rows.append(
-                {
-                    "model": model,
-                    "device": device,
-                    "variant": "paper",
-                    "quantity": "epoch_seconds",
-                    "predicted": p["epoch_seconds"],
-                    "low": p["epoch_seconds"] * math.exp(-cal.log_error),
-                    "high": p["epoch_seconds"] * math.exp(cal.log_error),
-                    "bound": p["bound"],
-                    "calibration": cal.source,
-                    "label": "prediction",
-                }
-            )
-        gpu = next((d for d in per_device if d.split("-")[0] in GPU_DEVICES), None)
-        if "cpu" in per_device and gpu:
-            s = cm.speedup(per_device["cpu"], per_device[gpu], calibrations["cpu"], calibrations[gpu])
-            rows.append(
-                {
-                    "model": model,
-                    "device": f"speedup ({gpu} over cpu)",
-                    "variant": "paper",
-                    "quantity": "speedup",
-                    "predicted": s["speedup"],
-                    "low": s["speedup_low"],
-                    "high": s["speedup_high"],
-                    "bound": per_device[gpu]["bound"],
-                    "calibration": f"{calibrations['cpu'].source} / {calibrations[gpu].source}",
-                    "label": "prediction",
-                }
-            )
-    constants = [{"fitted_on": "this host's probe", **c.constants()} for c in calibrations.values()]
-    return rows, constants
+    return calibrations
+
+
+def _model_predictions(
+    model: str, f: cm.ModelFacts, calibrations: dict[str, cm.Calibration], images: int, batch_size: int
+) -> list[dict]:
+    """One model's predicted epoch per calibrated device, and its speedup where a CPU and a GPU are calibrated."""
+    rows, per_device = [], {}
+    for device, cal in calibrations.items():
+        p = cm.predict_epoch(cal, f, images, batch_size)
+        per_device[device] = p
+        rows.append(
+            {
+                "model": model,
+                "device": device,
+                "variant": "paper",
+                "quantity": "epoch_seconds",
+                "predicted": p["epoch_seconds"],
+                "low": p["epoch_seconds"] * math.exp(-cal.log_error),
+                "high": p["epoch_seconds"] * math.exp(cal.log_error),
+                "bound": p["bound"],
+                "calibration": cal.source,
+                "label": "prediction",
+            }
+        )
+    gpu = next((d for d in per_device if d.split("-")[0] in GPU_DEVICES), None)
+    if "cpu" in per_device and gpu:
+        s = cm.speedup(per_device["cpu"], per_device[gpu], calibrations["cpu"], calibrations[gpu])
+        rows.append(
+            {
+                "model": model,
+                "device": f"speedup ({gpu} over cpu)",
+                "variant": "paper",
+                "quantity": "speedup",
+                "predicted": s["speedup"],
+                "low": s["speedup_low"],
+                "high": s["speedup_high"],
+                "bound": per_device[gpu]["bound"],
+                "calibration": f"{calibrations['cpu'].source} / {calibrations[gpu].source}",
+                "label": "prediction",
+            }
+        )
+    return rows
 
 
 def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict[str, dict]) -> list[dict]:

@@ -240,23 +240,10 @@ def run(
     from gpuscale import train as train_mod
 
     train = TrainSettings.of(train_settings)
+    started = train_mod.now_iso()
     wall = time.perf_counter()
     device = train_mod.torch_device(device_slug)
-    doc = _blank(device_slug, train, budget_seconds, train_mod.now_iso())
-    reason = train_mod.device_unavailable_reason(device)
-    if reason:
-        log.warning("probe: %s not measured: %s", device_slug, reason)
-        doc.update(status="not_measured", not_measured_reason=reason)
-        doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
-    else:
-        _measure(doc, device, train, budget_seconds, threads, quick)
-    doc["finished_at"] = train_mod.now_iso()
-    doc["elapsed_seconds"] = time.perf_counter() - wall
-    return doc
-
-
-def _blank(device_slug: str, train: TrainSettings, budget_seconds: float, started: str) -> dict:
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "device": device_slug,
@@ -276,34 +263,46 @@ def _blank(device_slug: str, train: TrainSettings, budget_seconds: float, starte
         "finished_at": None,
         "elapsed_seconds": None,
     }
+    reason = train_mod.device_unavailable_reason(device)
+    if reason:
+        log.warning("probe: %s not measured: %s", device_slug, reason)
+        doc.update(status="not_measured", not_measured_reason=reason)
+        doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
+    else:
+        if device.type == "cpu":
+            torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
+        doc["threads"] = torch.get_num_threads()
+        doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
+        _measure(doc, device, device_slug, train, budget_seconds, quick)
+    doc["finished_at"] = train_mod.now_iso()
+    doc["elapsed_seconds"] = time.perf_counter() - wall
+    return doc
 
 
-def _measure(doc: dict, device, train: TrainSettings, budget: float, threads: int | None, quick: bool) -> None:
-    """Layer rates by kind, the fixed and per-layer step costs, host-to-device copies, the input pipeline."""
-    if device.type == "cpu":
-        torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
-    doc["threads"] = torch.get_num_threads()
-    doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
+def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool) -> None:
+    """The probe's parts, in order, each within its share of the budget, into `doc`."""
     batch = train.batch_size
     torch.manual_seed(0)
     cases_by_kind = layer_cases(batch)
     if quick:
         cases_by_kind = {"conv": cases_by_kind["conv"][1:2]}
     for kind, cases in cases_by_kind.items():
-        doc["kinds"][kind] = measure_kind(cases, device, budget * SHARES[kind])
-        log.info("probe %s: %s %.3g GFLOP/s", doc["device"], kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
-    fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget * SHARES["fixed"])
-    stacked, _ = _timed(_train_step(stacked_model(LAYER_STACK), device, batch), device, budget * SHARES["layers"])
+        doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind])
+        log.info("probe %s: %s %.3g GFLOP/s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
+    fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
+    stacked, _ = _timed(
+        _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
+    )
     doc["fixed_step_seconds"] = fixed
     doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
     if not quick:
-        doc["host_to_device_bytes_per_second"] = host_to_device(device, budget * SHARES["host_to_device"])
-    pipeline = input_pipeline(train, device, budget * SHARES["input_pipeline"])
+        doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
+    pipeline = input_pipeline(train, device, budget_seconds * SHARES["input_pipeline"])
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(
         "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s",
-        doc["device"],
+        device_slug,
         fixed * 1e3,
         doc["layer_seconds"] * 1e3,
         pipeline["images_per_second"] or 0,

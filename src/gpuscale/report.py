@@ -20,8 +20,10 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from gpuscale import charts, fsutil, paper, words
+from gpuscale import charts, costmodel, fsutil, paper, predict, words
 from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
+from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
+from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
 
 DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
@@ -30,6 +32,7 @@ HEADLINE_DEFINITION = (
     "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
     "timed it and as a user waits; the steady speedup (first epoch left out) is shown where it differs by a quarter."
 )
+WEAK_R2 = 0.5  # below it, a size's power law does not 'decide' the speedup: the key results say so
 STEADY_DIFFERS = 1.25  # show the steady speedup where it differs from the whole-run one by this factor or more
 
 CHART_HELP = {
@@ -91,7 +94,14 @@ def _cell(column: str, value) -> str:
         return words.phase(value)
     if column == "fit":
         return words.fit(value)
+    column = column.rpartition(": ")[2]  # '<source>: cpu_epoch_seconds' formats as its quantity
     if isinstance(value, float):
+        if column.endswith("_percent"):
+            return f"{value:+.1f}%".replace("-", "−") if column == "error_percent" else f"{value:.1f}%"
+        if column.startswith("predicted_speedup"):
+            return f"{value:.2f}×"
+        if column == "train_flops_per_image":
+            return words.si(value)
         if column in ("speedup", "steady_speedup", "gain", "steady_gain") or column.startswith("speedup"):
             return f"{value:.2f}×"
         if "accuracy" in column:
@@ -233,16 +243,35 @@ def data_wait(phases: pl.DataFrame, speedup: pl.DataFrame, source: str, variant:
     shares = _by_flops(shares.with_columns(pl.lit(0).alias("parameters")))
     if "data_wait" not in shares.columns:
         return None
+    return _data_wait_text(shares.filter(pl.col("data_wait").is_not_null()), speedup, source, variant)
+
+
+LOADER_BOUND = 0.5  # a GPU step that waits for data this much of its time is paced by the input pipeline
+
+
+def _data_wait_text(shares: pl.DataFrame, speedup: pl.DataFrame, source: str, variant: str) -> str | None:
+    """The smallest, the most loader-bound and the largest model; the conclusion follows the shares measured."""
+    if shares.is_empty():
+        return None
     small, large = shares.row(0, named=True), shares.row(-1, named=True)
+    most = shares.sort("data_wait", descending=True).row(0, named=True)
     text = (
         f"On the GPU, {small['model']} (the least compute per image) spends {words.percent(small['data_wait'], 0)} of "
         f"a training step waiting for data"
     )
     if "host_to_device" in shares.columns and small.get("host_to_device") is not None:
         text += f" and {words.percent(small['host_to_device'], 0)} copying it to the device"
+    if most["model"] not in (small["model"], large["model"]):
+        text += f"; {most['model']} the most of all, {words.percent(most['data_wait'], 0)}"
     if large["model"] != small["model"]:
-        text += f"; {large['model']} (the most) {words.percent(large['data_wait'], 0)}"
-    return text + ": a small model leaves the GPU waiting on the input pipeline, so it gains little."
+        text += f"; {large['model']} (the most compute) {words.percent(large['data_wait'], 0)}"
+    if most["data_wait"] < LOADER_BOUND:
+        return text + ": no model's GPU epoch here is paced by the input pipeline."
+    gain = speedup.filter(
+        (pl.col("source") == source) & (pl.col("variant") == variant) & (pl.col("model") == most["model"])
+    )["speedup"].drop_nulls()
+    told = f" ({most['model']}: {words.times(gain[0])})" if len(gain) else ""
+    return text + f": where the loader sets the pace{told}, the GPU waits, and compute per image barely moves its epoch."
 
 
 def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str]:
@@ -259,51 +288,13 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
         .group_by("source", "model", "variant", "is_cpu")
         .agg(pl.col("train_images_per_second").median())
     )
-
-    def images_per_second(source, model, variant, cpu):
-        found = rate.filter(
-            (pl.col("source") == source)
-            & (pl.col("model") == model)
-            & (pl.col("variant") == variant)
-            & (pl.col("is_cpu") == cpu)
-        )
-        return None if found.is_empty() else found["train_images_per_second"][0]
-
     out = []
     local_speedups = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
+    pairs = _by_flops(
+        local.filter(pl.col("device") == "cpu").unique(["model", "variant"], keep="first", maintain_order=True)
+    )
     for ref in references:
-        name = words.source_short(ref)
-        cpu_lines, gpu_lines = [], []
-        pairs = _by_flops(
-            local.filter(pl.col("device") == "cpu").unique(["model", "variant"], keep="first", maintain_order=True)
-        )
-        for r in pairs.iter_rows(named=True):
-            here = images_per_second(LOCAL_SOURCE, r["model"], r["variant"], True)
-            there_cpu = images_per_second(ref, r["model"], r["variant"], True)
-            there_gpu = images_per_second(ref, r["model"], r["variant"], False)
-            if here and there_cpu:
-                cpu_lines.append(f"{r['model']} {words.times(here / there_cpu, 2)}")
-            if here and there_gpu:
-                gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
-        if cpu_lines:
-            out.append(
-                f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
-                f"{', '.join(cpu_lines)}."
-            )
-        if local_speedups.is_empty():
-            ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
-            variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
-            listed = [
-                f"{r['model']} {words.times(r['speedup'])}"
-                for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
-                if r["model"] in set(pairs["model"].to_list())
-            ]
-            line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
-            if listed:
-                line += f" ({', '.join(listed)} for the models run here)"
-            if gpu_lines:
-                line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
-            out.append(line + ".")
+        out += _against_reference(speedup, rate, pairs, ref, local_speedups.is_empty())
     if not local_speedups.is_empty():
         listed = [
             f"{r['model']} {words.times(r['speedup'])} ({r['variant']})"
@@ -313,8 +304,55 @@ def host_beside_reference(speedup: pl.DataFrame, runs: pl.DataFrame) -> list[str
     return out
 
 
-def key_results(tables: dict) -> dict:
-    """Everything the first screen says, computed from the tables (no figure typed by hand)."""
+def _images_per_second(rate: pl.DataFrame, source: str, model: str, variant: str, cpu: bool) -> float | None:
+    found = rate.filter(
+        (pl.col("source") == source)
+        & (pl.col("model") == model)
+        & (pl.col("variant") == variant)
+        & (pl.col("is_cpu") == cpu)
+    )
+    return None if found.is_empty() else found["train_images_per_second"][0]
+
+
+def _against_reference(speedup, rate, pairs: pl.DataFrame, ref: str, no_local_gpu: bool) -> list[str]:
+    """This host's CPU rate against one reference study's, per model run here; without a GPU here, the reference's
+    speedups for those models and how much faster its GPU would train than this CPU."""
+    out = []
+    name = words.source_short(ref)
+    cpu_lines, gpu_lines = [], []
+    for r in pairs.iter_rows(named=True):
+        here = _images_per_second(rate, LOCAL_SOURCE, r["model"], r["variant"], True)
+        there_cpu = _images_per_second(rate, ref, r["model"], r["variant"], True)
+        there_gpu = _images_per_second(rate, ref, r["model"], r["variant"], False)
+        if here and there_cpu:
+            cpu_lines.append(f"{r['model']} {words.times(here / there_cpu, 2)}")
+        if here and there_gpu:
+            gpu_lines.append(f"{r['model']} {words.times(there_gpu / here)}")
+    if cpu_lines:
+        out.append(
+            f"This host's CPU trains at this fraction of {name}'s CPU speed (images per second): "
+            f"{', '.join(cpu_lines)}."
+        )
+    if no_local_gpu:
+        ref_rows = _by_flops(speedup.filter((pl.col("source") == ref) & pl.col("speedup").is_not_null()))
+        variant = "paper" if "paper" in ref_rows["variant"].to_list() else (_variants(ref_rows) or [None])[0]
+        listed = [
+            f"{r['model']} {words.times(r['speedup'])}"
+            for r in ref_rows.filter(pl.col("variant") == variant).iter_rows(named=True)
+            if r["model"] in set(pairs["model"].to_list())
+        ]
+        line = f"No GPU here: {name}'s speedups ({variant} variant) are the ones above"
+        if listed:
+            line += f" ({', '.join(listed)} for the models run here)"
+        if gpu_lines:
+            line += f"; against this CPU, its GPU would train {', '.join(gpu_lines)} faster"
+        out.append(line + ".")
+    return out
+
+
+def key_results(tables: dict, pred: dict | None = None) -> dict:
+    """Everything the first screen says, computed from the tables (no figure typed by hand); on a host without
+    measured speedups of its own, what the predict stage predicts for it."""
     speedup, fits, runs = tables["speedup"], tables["fits"], tables["runs"]
     sources = []
     for source in _measured_sources(speedup):
@@ -332,8 +370,11 @@ def key_results(tables: dict) -> dict:
             r2 = charts.r2_by_fit(fits, source, baseline)
             follows = "training FLOPs per image" if r2[charts.FIT_FLOPS] >= r2[charts.FIT_PARAMETERS] else "parameters"
             models = frame.filter((pl.col("variant") == baseline) & pl.col("speedup").is_not_null()).height
+            claim = f"The speedup follows {follows}"
+            if max(r2[charts.FIT_FLOPS], r2[charts.FIT_PARAMETERS]) < WEAK_R2:
+                claim = f"Neither size predicts the speedup well; {follows} does better"
             findings.append(
-                f"The speedup follows {follows}: {charts.verdict(fits, source, baseline, short=True)} "
+                f"{claim}: {charts.verdict(fits, source, baseline, short=True)} "
                 f"({baseline} variant, power laws over {models} models)."
             )
         findings += paper_comparison(speedup, runs, source, baseline)
@@ -349,7 +390,188 @@ def key_results(tables: dict) -> dict:
                 "sampled": not sampled.is_empty(),
             }
         )
-    return {"sources": sources, "host": host_beside_reference(speedup, runs), "definition": HEADLINE_DEFINITION}
+    host = host_beside_reference(speedup, runs)
+    local = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
+    if local.is_empty() and (line := predicted_for_host(pred)):
+        host.append(line)
+    return {"sources": sources, "host": host, "definition": HEADLINE_DEFINITION}
+
+
+# ---- predicted before measuring (gpuscale.predict's tables) ----------------------------------------------------------
+PREDICTION_LABEL = "PREDICTION"
+
+
+def load_predictions(folder: Path | str | None) -> dict | None:
+    """The predict stage's tables (gpuscale.predict.tables) and its per-model view, or None without the folder."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    got = predict.tables(folder)
+    got["beside"] = predict.host_beside_reference(folder)
+    return got
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def predicted_host_table(pred: dict) -> dict | None:
+    """This host's predicted epochs and speedups per registry model, beside each reference study's measurements."""
+    flops = {name: f.train_flops_per_image for name, f in costmodel.load_facts().items()}
+    rows = [
+        {**r, "train_flops_per_image": flops.get(r["model"])}
+        for r in pred["beside"]
+        if any(k.startswith("predicted_") for k in r)
+    ]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r["train_flops_per_image"] is None, r["train_flops_per_image"] or 0, r["model"]))
+    first = [
+        "model",
+        "train_flops_per_image",
+        "predicted_cpu_epoch_seconds",
+        "predicted_gpu_epoch_seconds",
+        "predicted_speedup",
+    ]
+    band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
+    measured = sorted({k for r in rows for k in r if ": " in k})
+    frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
+    columns = [c for c in first + band + measured if c in frame.columns and not frame[c].is_null().all()]
+    return table(
+        "predicted_host",
+        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what the reference "
+        "studies measured on theirs",
+        frame,
+        columns,
+    )
+
+
+def validation_summary_table(pred: dict) -> dict | None:
+    rows = pred["validation_summary"]
+    if not rows:
+        return None
+    return table(
+        "validation_summary",
+        f"The cost model checked: each model held out and predicted from the others (targets for the speedup: "
+        f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%)",
+        _frame(rows),
+    )
+
+
+def validation_rows_table(pred: dict) -> dict | None:
+    rows = pred["validation"]
+    if not rows:
+        return None
+    columns = ["source", "model", "device", "variant", "predicted", "measured", "error_percent", "bound"]
+    return table("validation", "Every held-out prediction against its measurement", _frame(rows), columns)
+
+
+def paper_table(pred: dict) -> dict | None:
+    rows = pred["paper"]
+    if not rows:
+        return None
+    return table("paper_rates", "The paper's three points and the reference host's, as training rates", _frame(rows))
+
+
+def validation_verdicts(pred: dict) -> dict[str, list[str]]:
+    """targets: per source and variant, the speedup's median and worst error against the targets, said plainly;
+    misses: the predictions beyond the worst-case target on each device."""
+    out, misses_out = [], []
+    for s in pred["validation_summary"]:
+        if s["device"] != "speedup":
+            continue
+        median, worst = s["median_abs_error_percent"], s["worst_abs_error_percent"]
+        median_word = "met" if median <= MEDIAN_TARGET else "MISSED"
+        worst_word = "met" if worst <= WORST_TARGET else "MISSED"
+        out.append(
+            f"{words.source_short(s['source'])}, {s['variant']} variant, {s['models']} models: the predicted speedup's "
+            f"median error is {median:.1f}% (target {MEDIAN_TARGET:.0f}%: {median_word}), its worst {worst:.1f}% "
+            f"({s['worst_model']}; target {WORST_TARGET:.0f}%: {worst_word})."
+        )
+    misses = [r for r in pred["validation"] if r["variant"] == "paper" and abs(r["error_percent"]) > WORST_TARGET]
+    for device in ("cpu", "cuda", "speedup"):
+        found = sorted((r for r in misses if r["device"] == device), key=lambda r: -abs(r["error_percent"]))
+        if found:
+            listed = ", ".join(f"{r['model']} {r['error_percent']:+.0f}%" for r in found)
+            what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
+            misses_out.append(f"Beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
+    return {"targets": out, "misses": misses_out}
+
+
+def paper_verdicts(pred: dict) -> dict[str, list[str]]:
+    """What the paper's three points imply about its hardware. main: where the cost model's own form cannot give a
+    paper point; rates: each source's training rate on resnet50 against its rate on resnet18, and the fits."""
+    out, main = [], []
+    rows = pred["paper"]
+    for device in ("cpu", "cuda"):
+        for source in sorted({r["source"] for r in rows if r["device"] == device}):
+            by_model = {r["model"]: r for r in rows if r["source"] == source and r["device"] == device}
+            if "resnet18" in by_model and "resnet50" in by_model:
+                a, b = by_model["resnet18"], by_model["resnet50"]
+                out.append(
+                    f"{words.source_short(source)}, {words.device(device)}: resnet18 at "
+                    f"{a['effective_gflops_per_second']:,.0f} GFLOP/s, resnet50 at "
+                    f"{b['effective_gflops_per_second']:,.0f} ({b['rate_vs_resnet18']:.2f} of its resnet18 rate)."
+                )
+    for device in ("cpu", "cuda"):
+        fitted = [r for r in rows if r["device"] == device and r.get("cost_model_epoch_seconds")]
+        if fitted:
+            listed = ", ".join(
+                f"{r['model']} {r['cost_model_epoch_seconds']:.1f} s against {r['epoch_seconds']:.1f} s "
+                f"({words.percent(r['cost_model_epoch_seconds'] / r['epoch_seconds'] - 1, 0, sign=True)})"
+                for r in fitted
+            )
+            out.append(
+                f"The cost model's form (fixed step cost, per-layer cost, one rate) fitted to the paper's three "
+                f"{words.device(device)} points: {listed}."
+            )
+            worst = max(fitted, key=lambda r: abs(math.log(r["epoch_seconds"] / r["cost_model_epoch_seconds"])))
+            ratio = worst["epoch_seconds"] / worst["cost_model_epoch_seconds"]
+            if abs(math.log(ratio)) > math.log(1 + WORST_TARGET / 100):
+                main.append(
+                    f"No hardware of the cost model's form gives the paper's {words.device(device)} {worst['model']} "
+                    f"epoch: it is {ratio:.1f} times what the form fits to all three points, so that one figure, "
+                    "not the device, sets the paper's speedup for it."
+                )
+    return {"main": main, "rates": out}
+
+
+def prediction_section(pred: dict | None) -> dict | None:
+    """Everything the 'Predicted before measuring' section shows; None without the predict stage's tables."""
+    if pred is None:
+        return None
+    return {
+        "host": predicted_host_table(pred),
+        "summary": validation_summary_table(pred),
+        "verdicts": validation_verdicts(pred),
+        "rows": validation_rows_table(pred),
+        "paper": paper_table(pred),
+        "paper_verdicts": paper_verdicts(pred),
+    }
+
+
+def predicted_for_host(pred: dict | None) -> str | None:
+    """The key-results line for a host without measured speedups: what is predicted for it, labelled as such."""
+    if not pred:
+        return None
+    rows = [r for r in pred["beside"] if r.get("predicted_speedup") is not None]
+    if rows:
+        rows = sorted(rows, key=lambda r: r["predicted_speedup"])
+        papers = {p["model"] for p in paper.ROWS}
+        shown = [r for i, r in enumerate(rows) if r["model"] in papers or i in (0, len(rows) - 1)]
+        listed = ", ".join(f"{r['model']} {words.times(r['predicted_speedup'])}" for r in shown)
+        more = f" ({len(rows)} models in Predicted before measuring)" if len(shown) < len(rows) else ""
+        return f"{PREDICTION_LABEL} for this host (from its probe, not measured): GPU speedups {listed}{more}."
+    cpu = [r for r in pred["beside"] if r.get("predicted_cpu_epoch_seconds") is not None]
+    if cpu:
+        listed = ", ".join(
+            f"{r['model']} {words.seconds(r['predicted_cpu_epoch_seconds'])}"
+            for r in sorted(cpu, key=lambda r: r["predicted_cpu_epoch_seconds"])[:8]
+        )
+        return (
+            f"{PREDICTION_LABEL} for this host (from its CPU probe, not measured; the probe found no GPU): CPU "
+            f"seconds per epoch {listed}" + (" and more (see Predicted before measuring)." if len(cpu) > 8 else ".")
+        )
+    return None
 
 
 # ---- the headline table --------------------------------------------------------------------------------------------
@@ -360,7 +582,36 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
     groups = [(s, v) for s in _measured_sources(speedup) for v in _variants(speedup.filter(pl.col("source") == s))]
     by_key = {(r["source"], r["variant"], r["model"]): r for r in speedup.to_dicts()}
     papers = {p["model"]: p for p in paper.ROWS}
-    models = _by_flops(
+    rows = []
+    for m in _headline_models(speedup, papers):
+        name = m["model"]
+        p = papers.get(name)
+        notes, cells = [], []
+        for s, v in groups:
+            r = by_key.get((s, v, name))
+            if r is None:
+                cells.append({"value": "not run", "lines": []})
+                continue
+            cells.append(_headline_cell(r))
+            notes += _headline_notes(speedup, s, v, r, p, tolerance)
+        rows.append(
+            {
+                "model": name,
+                "parameters": words.si(m["parameters"]),
+                "flops": words.si(m["train_flops_per_image"]),
+                "cells": [_paper_cell(p), *cells],
+                "notes": notes,
+            }
+        )
+    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
+        f"{words.source_short(s)}, {v}" for s, v in groups
+    ]
+    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+
+
+def _headline_models(speedup: pl.DataFrame, papers: dict) -> list[dict]:
+    """Every model measured or in the paper, with its size, ordered by training FLOPs per image."""
+    return _by_flops(
         pl.concat(
             [
                 speedup.select("model", "parameters", "train_flops_per_image"),
@@ -374,68 +625,56 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
         .group_by("model")
         .agg(pl.col("parameters").drop_nulls().first(), pl.col("train_flops_per_image").drop_nulls().first())
     ).to_dicts()
-    rows = []
-    for m in models:
-        name = m["model"]
-        p = papers.get(name)
-        notes = []
-        cells = []
-        for s, v in groups:
-            r = by_key.get((s, v, name))
-            if r is None:
-                cells.append({"value": "not run", "lines": []})
-                continue
-            chip = _chip(r)
-            lines = []
-            if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
-                lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
-            if chip["detail"]:
-                lines.append(chip["detail"])
-            if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
-                lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
-            cells.append({"value": chip["value"], "lines": lines})
-            if r["accuracy_parity"] is False:
-                notes.append(
-                    f"{words.source_short(s)}, {v}: CPU and GPU accuracy differ by "
-                    f"{words.percent(r['accuracy_difference'], 1, sign=True)}, beyond the tolerance"
-                )
-            if p and p["gpu_accuracy"] is not None and r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
-                gap = r["gpu_accuracy"] - p["gpu_accuracy"]
-                if abs(gap) > tolerance:
-                    notes.append(
-                        f"{words.source_short(s)}, {v}: GPU accuracy {words.percent(r['gpu_accuracy'], 1)} against "
-                        f"the paper's {words.percent(p['gpu_accuracy'], 2)}"
-                        + _accuracy_reason(speedup, s, v, r, p["gpu_accuracy"], tolerance)
-                    )
-            if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
-                notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
-            if r["synthetic"]:
-                notes.append(f"{words.source_short(s)}: synthetic data")
-        if p:
-            paper_cell = {
-                "value": words.times(p["speedup"]),
-                "lines": [
-                    f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
-                    f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
-                    if p["gpu_accuracy"] is not None
-                    else "accuracy not reported",
-                ],
-            }
-        else:
-            paper_cell = {"value": "not reported", "lines": []}
-        rows.append(
-            {
-                "model": name,
-                "parameters": words.si(m["parameters"]),
-                "flops": words.si(m["train_flops_per_image"]),
-                "cells": [paper_cell, *cells],
-                "notes": notes,
-            }
+
+
+def _headline_cell(r: dict) -> dict:
+    """One source and variant's cell: the speedup, both times, the interval or steady speedup, the GPU accuracy."""
+    chip = _chip(r)
+    lines = []
+    if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
+        lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
+    if chip["detail"]:
+        lines.append(chip["detail"])
+    if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+        lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
+    return {"value": chip["value"], "lines": lines}
+
+
+def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | None, tolerance: float) -> list[str]:
+    """What a reader must know about one cell: accuracy off between devices or against the paper, no GPU, synthetic."""
+    notes = []
+    if r["accuracy_parity"] is False:
+        notes.append(
+            f"{words.source_short(s)}, {v}: CPU and GPU accuracy differ by "
+            f"{words.percent(r['accuracy_difference'], 1, sign=True)}, beyond the tolerance"
         )
-    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
-        f"{words.source_short(s)}, {v}" for s, v in groups
-    ]
-    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+    if p and p["gpu_accuracy"] is not None and r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
+        gap = r["gpu_accuracy"] - p["gpu_accuracy"]
+        if abs(gap) > tolerance:
+            notes.append(
+                f"{words.source_short(s)}, {v}: GPU accuracy {words.percent(r['gpu_accuracy'], 1)} against "
+                f"the paper's {words.percent(p['gpu_accuracy'], 2)}"
+                + _accuracy_reason(speedup, s, v, r, p["gpu_accuracy"], tolerance)
+            )
+    if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
+        notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
+    if r["synthetic"]:
+        notes.append(f"{words.source_short(s)}: synthetic data")
+    return notes
+
+
+def _paper_cell(p: dict | None) -> dict:
+    if not p:
+        return {"value": "not reported", "lines": []}
+    return {
+        "value": words.times(p["speedup"]),
+        "lines": [
+            f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
+            f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
+            if p["gpu_accuracy"] is not None
+            else "accuracy not reported",
+        ],
+    }
 
 
 def _accuracy_reason(speedup, source, variant, row, target, tolerance) -> str:
@@ -657,6 +896,19 @@ def warnings(tables: dict) -> list[str]:
             f"{r['source']}: {r['model']} ({r['variant']}): CPU and GPU runs differ in epochs or data size; "
             "the speedup compares seconds per epoch."
         )
+    out += _host_warnings(runs)
+    extrapolated = runs.filter(pl.col("extrapolated"))
+    if not extrapolated.is_empty():
+        out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")
+    for s in tables.get("skipped_records", []):
+        out.append(f"skipped record {s['path']}: {s['reason']}")
+    return out
+
+
+def _host_warnings(runs: pl.DataFrame) -> list[str]:
+    """Per source: CPU runs whose threads and loader workers outnumber the cores; compiled runs that may have
+    found a warm compile cache."""
+    out = []
     crowded = runs.filter((pl.col("status") == "measured") & pl.col("oversubscribed"))
     for (source,), frame in crowded.group_by(["source"], maintain_order=True):
         r = frame.row(0, named=True)
@@ -684,11 +936,6 @@ def warnings(tables: dict) -> list[str]:
             "and so their whole-run time, can be several times shorter than a first run's; steady epochs are "
             "unaffected. Setting a variant's compile cache to cold gives every run an empty cache."
         )
-    extrapolated = runs.filter(pl.col("extrapolated"))
-    if not extrapolated.is_empty():
-        out.append(f"{extrapolated.height} run(s) have extrapolated times (sampled protocol).")
-    for s in tables.get("skipped_records", []):
-        out.append(f"skipped record {s['path']}: {s['reason']}")
     return out
 
 
@@ -698,7 +945,7 @@ def provenance(runs: pl.DataFrame, params_files: list[Path]) -> dict:
         "commits": sorted({c for c in runs["git_commit"].to_list() if c}),
         "data": runs.select("source", "data_source", "manifest_sha256", "train_images", "test_images")
         .unique()
-        .sort("source", nulls_last=True)
+        .sort("source", "data_source", "manifest_sha256", nulls_last=True)
         .to_dicts(),
         "records": runs.select("record_path", "record_sha256").sort("record_path").to_dicts(),
     }
@@ -717,6 +964,7 @@ def render(
     params_files: list[Path],
     vega_bundle: str | None = None,
     out_dir: Path | None = None,
+    pred: dict | None = None,
 ) -> str:
     import vl_convert
 
@@ -749,7 +997,8 @@ def render(
         label=config["study"].get("label"),
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper,
-        key=key_results(tables),
+        key=key_results(tables, pred),
+        prediction=prediction_section(pred),
         warnings=warnings(tables),
         headline=headline(tables["speedup"], tolerance),
         tolerance=tolerance,
@@ -769,8 +1018,17 @@ def render(
     )
 
 
-def run(tables_dir: Path, chart_dir: Path, out: Path, config: dict, params_files: list[Path]) -> Path:
-    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent)
+def run(
+    tables_dir: Path,
+    chart_dir: Path,
+    out: Path,
+    config: dict,
+    params_files: list[Path],
+    predict_dir: Path | None = None,
+) -> Path:
+    """The page; with predict_dir (results/predict), its 'Predicted before measuring' section too."""
+    pred = load_predictions(predict_dir)
+    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent, pred=pred)
     fsutil.write_text(out, html)
     log.info("report -> %s", out)
     return out

@@ -137,7 +137,37 @@ COLUMNS = {
     "base_device": "one-device baseline",
     "base_epoch_seconds": "one device, seconds per epoch",
     "efficiency": "efficiency (speedup / processes)",
+    # predictions (gpuscale.predict's tables)
+    "predicted_cpu_epoch_seconds": "PREDICTED CPU seconds per epoch",
+    "predicted_gpu_epoch_seconds": "PREDICTED GPU seconds per epoch",
+    "predicted_speedup": "PREDICTED speedup (×)",
+    "predicted_speedup_low": "predicted speedup, band low (×)",
+    "predicted_speedup_high": "predicted speedup, band high (×)",
+    "bound": "what sets the GPU step (compute or input pipeline)",
+    "quantity": "quantity",
+    "predicted": "predicted",
+    "measured": "measured",
+    "low": "band low",
+    "high": "band high",
+    "calibration": "constants from",
+    "error_percent": "error of the prediction",
+    "median_abs_error_percent": "median error (absolute)",
+    "worst_abs_error_percent": "worst error (absolute)",
+    "worst_model": "worst model",
+    "meets_target": "speedup meets both targets",
+    "models": "models",
+    "effective_gflops_per_second": "training rate (GFLOP/s)",
+    "rate_vs_resnet18": "rate against its resnet18 rate",
+    "cost_model_epoch_seconds": "cost model fitted to the paper's points (s per epoch)",
+    "fitted_on": "fitted on",
+    "fixed_step_seconds": "fixed cost per step (s)",
+    "layer_seconds": "cost per layer per step (s)",
+    "loader_seconds_per_image": "input pipeline, seconds per image",
+    "log_error": "RMS log error (leave one out)",
+    "scale": "scale on the probe",
 }
+# a measured column beside a prediction: '<source>: <column>' reads '<source>, measured: <words>'
+MEASURED_BESIDE = ": "
 
 PHASES = {
     "data_wait": "waiting for data",
@@ -156,6 +186,9 @@ FITS = {
 
 def column(name: str) -> str:
     """A column's words; an unknown column reads as words too (underscores become spaces)."""
+    if MEASURED_BESIDE in name and name not in COLUMNS:
+        source, _, quantity = name.rpartition(MEASURED_BESIDE)
+        return f"{source_short(source).rpartition('/')[2]}, measured: {column(quantity)}"
     return COLUMNS.get(name, name.replace("_", " "))
 
 

@@ -5,10 +5,13 @@ localrules:
     report,
 
 
+PREDICT_ONLY = config["predict"]["only"]  # config/predict.yaml: the report shows the reference studies, no local runs
+
+
 rule aggregate:
     input:
-        records=all_records(),
-        sweeps=sweep_records(),
+        records=[] if PREDICT_ONLY else all_records(),
+        sweeps=[] if PREDICT_ONLY else sweep_records(),
         reference=reference_records(),
         code=CODE["aggregate"],
     output:
@@ -18,12 +21,14 @@ rule aggregate:
     params:
         stage_params=lambda wildcards: gp.select(config, deps.STAGE_PARAMS["aggregate"]),
         params_args=PARAMS_ARGS,
+        only=" --reference-only" if PREDICT_ONLY else "",
     log:
         "logs/aggregate.log",
     message:
         "Aggregating run records into tables"
     shell:
-        "gpuscale aggregate {params.params_args} --out results/tables --metrics {output.metrics:q} --log {log:q}"
+        "gpuscale aggregate {params.params_args}{params.only} --out results/tables --metrics {output.metrics:q}"
+        " --log {log:q}"
 
 
 rule charts:
@@ -65,6 +70,7 @@ rule report:
         runs=rules.aggregate.output.runs_parquet,
         epochs=rules.aggregate.output.epochs_parquet,
         notes=rules.aggregate.output.notes,
+        predictions=predict_targets(),  # the 'Predicted before measuring' section (predict.smk)
         code=CODE["report"],
     output:
         html=report("reports/index.html", caption="../report/index.rst", category="Report"),
@@ -76,4 +82,6 @@ rule report:
     message:
         "Writing the HTML report"
     shell:
-        "gpuscale report {params.params_args} --tables results/tables --charts {input.charts:q} --out {output.html:q} --log {log:q}"
+        "gpuscale report {params.params_args} --tables results/tables --charts {input.charts:q}"
+        " --predict results/predict"
+        " --out {output.html:q} --log {log:q}"

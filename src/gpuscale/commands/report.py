@@ -11,6 +11,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tables", default="results/tables")
     parser.add_argument("--charts", default="reports/charts")
     parser.add_argument("--out", default="reports/index.html")
+    parser.add_argument(
+        "--predict", help="the predict stage's tables (results/predict): adds the 'Predicted before measuring' section"
+    )
 
 
 def errors() -> tuple:
@@ -33,6 +36,8 @@ def check(args) -> None:
             f"--charts {charts}: no charts there ({missing[0]}.vl.json missing); run the charts stage first "
             f"(gpuscale charts --out {charts}, or snakemake / dvc repro)"
         )
+    if args.predict and not Path(args.predict).is_dir():
+        raise UsageError(f"--predict {args.predict}: not a folder; run the predict stage first (gpuscale predict)")
     writable(args.out, "--out")
 
 
@@ -40,5 +45,6 @@ def run(args) -> int:
     from gpuscale import report
 
     config = load_params(args)
-    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, params_files(args))
+    predict_dir = Path(args.predict) if args.predict else None
+    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, params_files(args), predict_dir)
     return 0
