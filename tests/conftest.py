@@ -103,6 +103,7 @@ def prepared(tmp_path_factory) -> Path:
             "subset_seed": 0,
             "download_timeout_seconds": 1,
             "download_retries": 0,
+            "image_mode": "strict",
         },
         out,
     )

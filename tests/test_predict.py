@@ -41,7 +41,11 @@ def test_probe_of_a_missing_device_records_why():
 
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU")
-    doc = probe.run("cuda", {"batch_size": 8, "loader": SMALL_TRAIN["loader"]}, budget_seconds=1.0)
+    from gpuscale import params
+    from gpuscale.settings import Params
+
+    train = Params.from_dict(params.deep_merge(params.load(), {"train": SMALL_TRAIN})).train
+    doc = probe.run("cuda", train, budget_seconds=1.0)
     probe.validate(doc)
     assert doc["status"] == "not_measured" and doc["not_measured_reason"]
     assert doc["kinds"] == {}

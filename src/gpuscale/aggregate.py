@@ -77,7 +77,7 @@ def runs_frame(loaded) -> pl.DataFrame:
     rows = []
     for source, path, rec in loaded:
         env, timing, quality = rec["environment"], rec["timing"] or {}, rec["quality"] or {}
-        settings = rec["settings"]["train"]
+        recorded = rec["settings"]["train"]  # the record's copy (JSON, any readable schema version), not params
         epochs = rec["epochs"]
         distributed = rec["distributed"] or {}
         rows.append(
@@ -103,10 +103,10 @@ def runs_frame(loaded) -> pl.DataFrame:
                 "git_commit": env["git"].get("commit"),
                 "parameters": rec["model"]["parameters"],
                 "train_flops_per_image": rec["model"]["train_flops_per_image"],
-                "epochs": settings["epochs"],
-                "batch_size": settings["batch_size"],
+                "epochs": recorded["epochs"],
+                "batch_size": recorded["batch_size"],
                 "world_size": distributed.get("world_size", 1),
-                "global_batch_size": distributed.get("global_batch_size", settings["batch_size"]),
+                "global_batch_size": distributed.get("global_batch_size", recorded["batch_size"]),
                 "data_source": rec["data"]["source"],
                 "synthetic": rec["data"]["synthetic"],
                 "train_images": rec["data"]["train_images"],

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuscale import fsutil
+from gpuscale.settings import DataSettings
 
 log = logging.getLogger("gpuscale.data")
 
@@ -198,8 +199,8 @@ def describe_error(err: Exception | None) -> str:
     return str(err) if err else "unknown error"
 
 
-def cifar10(settings: dict) -> Dataset:
-    archive = Path(settings["path"]) if settings["path"] else DEFAULT_ARCHIVE
+def cifar10(settings: DataSettings) -> Dataset:
+    archive = Path(settings.path) if settings.path else DEFAULT_ARCHIVE
     if archive.is_dir():
         raise DataError(
             f"data.path: {archive} is a folder; give the cifar-10-binary.tar.gz archive itself (data.source: cifar10), "
@@ -207,29 +208,29 @@ def cifar10(settings: dict) -> Dataset:
         )
     downloaded = False
     if not archive.exists():
-        if settings["path"]:
+        if settings.path:
             raise DataError(
                 f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, "
                 f"or set it to null to download)"
             )
-        log.info("downloading %s to %s", settings["url"], archive)
-        download(settings["url"], archive, settings["download_timeout_seconds"], settings["download_retries"])
+        log.info("downloading %s to %s", settings.url, archive)
+        download(settings.url, archive, settings.download_timeout_seconds, settings.download_retries)
         downloaded = True
     md5 = fsutil.md5_file(archive)
-    if md5 != settings["md5"]:
+    if md5 != settings.md5:
         if downloaded:  # the project deletes only what it downloaded itself, in this very run
             archive.unlink()
             raise DataError(
-                f"{archive}: downloaded, but its md5 {md5} does not match data.md5 {settings['md5']}; the download "
+                f"{archive}: downloaded, but its md5 {md5} does not match data.md5 {settings.md5}; the download "
                 f"was removed, run again to download it anew"
             )
         raise DataError(
-            f"{archive}: md5 {md5} does not match data.md5 {settings['md5']}; the file was kept. If this copy is "
+            f"{archive}: md5 {md5} does not match data.md5 {settings.md5}; the file was kept. If this copy is "
             f"trusted, set data.md5: {md5}; otherwise replace it with the official cifar-10-binary.tar.gz "
             f"(or point data.path at a trusted copy)"
         )
     dataset = read_cifar_archive(archive)
-    dataset.source.update({"url": settings["url"], "archive_md5": md5})
+    dataset.source.update({"url": settings.url, "archive_md5": md5})
     return dataset
 
 
@@ -364,10 +365,10 @@ def _read_member(root: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
     return raw
 
 
-def imagefolder(settings: dict) -> Dataset:
+def imagefolder(settings: DataSettings) -> Dataset:
     """A folder or .zip of train/<class>/* and test/<class>/*, checked, then decoded to 32x32 RGB."""
     root = _imagefolder_root(settings)
-    mode = settings["image_mode"]
+    mode = settings.image_mode
     found, folders, strays = _entries(root)
     entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
     others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
@@ -389,12 +390,12 @@ def imagefolder(settings: dict) -> Dataset:
     return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes), source=source)
 
 
-def _imagefolder_root(settings: dict) -> Path:
-    if not settings["path"]:
+def _imagefolder_root(settings: DataSettings) -> Path:
+    if not settings.path:
         raise DataError(
             "data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)"
         )
-    root = Path(settings["path"])
+    root = Path(settings.path)
     if not root.exists():
         raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
     return root
@@ -454,7 +455,7 @@ def _decode_splits(root: Path, entries: list, classes: list[str], mode: str) -> 
 # ----------------------------------------------------------------------------- synthetic
 
 
-def synthetic(settings: dict, train_size: int = 5000, test_size: int = 1000, num_classes: int = 10) -> Dataset:
+def synthetic(settings: DataSettings, train_size: int = 5000, test_size: int = 1000, num_classes: int = 10) -> Dataset:
     """Deterministic, class-separable CIFAR-shaped images: a smooth colour template per class plus noise.
 
     For offline smoke runs only; everything made from it is labelled synthetic.
@@ -472,8 +473,8 @@ def synthetic(settings: dict, train_size: int = 5000, test_size: int = 1000, num
         return images, labels
 
     return Dataset(
-        *split(settings["train_size"] or train_size, 1),
-        *split(settings["test_size"] or test_size, 2),
+        *split(settings.train_size or train_size, 1),
+        *split(settings.test_size or test_size, 2),
         classes=tuple(f"class{i}" for i in range(num_classes)),
         source={"generator": "gpuscale.data.synthetic", "generator_version": 1},
     )
@@ -505,19 +506,20 @@ def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
 SOURCES = {"cifar10": cifar10, "imagefolder": imagefolder, "synthetic": synthetic}
 
 
-def prepare(settings: dict, out_dir: Path | str) -> dict:
+def prepare(settings: DataSettings | dict, out_dir: Path | str) -> dict:
     """Build the prepared dataset under out_dir (atomically) from data.* settings; return the manifest."""
-    dataset = SOURCES[settings["source"]](settings)
+    settings = DataSettings.of(settings)
+    dataset = SOURCES[settings.source](settings)
     splits = {}
-    for split, size in (("train", settings["train_size"]), ("test", settings["test_size"])):
+    for split, size in (("train", settings.train_size), ("test", settings.test_size)):
         images, labels = getattr(dataset, f"{split}_images"), getattr(dataset, f"{split}_labels")
-        if size is not None and settings["source"] != "synthetic":
+        if size is not None and settings.source != "synthetic":
             if size > len(labels):  # never a manifest that names a size the data does not have
                 raise DataError(
                     f"data.{split}_size: {size} is more than the {len(labels)} {split} images the source holds "
                     f"(lower it, or set it to null to use them all)"
                 )
-            keep = stratified_subset(labels, size, settings["subset_seed"])
+            keep = stratified_subset(labels, size, settings.subset_seed)
             images, labels = images[keep], labels[keep]
         splits[split] = (np.ascontiguousarray(images), labels.astype(np.int64))
     with fsutil.atomic_directory(out_dir) as tmp:
@@ -532,8 +534,8 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
                 }
         manifest = {
             "manifest_version": MANIFEST_VERSION,
-            "source": settings["source"],
-            "synthetic": settings["source"] == "synthetic",
+            "source": settings.source,
+            "synthetic": settings.source == "synthetic",
             "origin": dataset.source,
             "classes": list(dataset.classes),
             "counts": {
@@ -546,16 +548,16 @@ def prepare(settings: dict, out_dir: Path | str) -> dict:
                 for split, (_, labels) in splits.items()
             },
             "subset": {
-                "train_size": settings["train_size"],
-                "test_size": settings["test_size"],
-                "seed": settings["subset_seed"],
+                "train_size": settings.train_size,
+                "test_size": settings.test_size,
+                "seed": settings.subset_seed,
             },
             "files": files,
         }
         fsutil.write_json(tmp / "manifest.json", manifest)
     log.info(
         "prepared %s: %d train / %d test images, %d classes -> %s",
-        settings["source"],
+        settings.source,
         len(splits["train"][1]),
         len(splits["test"][1]),
         len(dataset.classes),

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpuscale import costmodel as cm
 from gpuscale import envinfo, fsutil
 from gpuscale import params as params_mod
+from gpuscale.settings import Params, RunSettings
 
 log = logging.getLogger("gpuscale.estimate")
 
@@ -44,21 +45,23 @@ def thread_factor(job_threads: int | None, probe_threads: int | None) -> float:
     return ((1 - p) + p / job_threads) / ((1 - p) + p / probe_threads)
 
 
-def pending_jobs(config: dict, root: Path = Path(".")) -> list[dict]:
-    """Timing jobs of the study and its sweeps whose record does not exist yet, with their settings."""
+def pending_jobs(config: Params | dict, root: Path = Path(".")) -> list[dict]:
+    """Timing jobs of the study and its sweeps whose record does not exist yet, with their settings (dict and
+    typed: `run`)."""
+    config = Params.of(config)
     jobs = []
     for key in params_mod.run_keys(config):
         path = params_mod.record_path(**key)
         if not (root / path).exists():
             settings = params_mod.run_settings(config, key["model"], key["device"], key["variant"], key["seed"])
-            jobs.append({"record": path, "settings": settings, **key})
+            jobs.append({"record": path, "settings": settings, "run": RunSettings.from_dict(settings), **key})
     for key in params_mod.sweep_keys(config):
         path = params_mod.sweep_record_path(**key)
         if not (root / path).exists():
             settings = params_mod.sweep_settings(
                 config, key["model"], key["device"], key["parameter"], key["value"], key["variant"], key["seed"]
             )
-            jobs.append({"record": path, "settings": settings, **key})
+            jobs.append({"record": path, "settings": settings, "run": RunSettings.from_dict(settings), **key})
     return jobs
 
 
@@ -83,7 +86,7 @@ def model_facts(names: set[str]) -> dict[str, cm.ModelFacts]:
 
 
 def calibration(
-    device: str, config: dict, probe_dir: Path, quick_seconds: float
+    device: str, config: Params, probe_dir: Path, quick_seconds: float
 ) -> tuple[cm.Calibration | None, str, int | None]:
     """(constants, where they came from, the probe's threads)."""
     path = probe_dir / f"{device}.json"
@@ -95,7 +98,7 @@ def calibration(
             return cm.from_probe(doc), f"probe {path}", doc.get("threads")
     from gpuscale import probe
 
-    doc = probe.run(device, config["train"], quick_seconds, quick=True)
+    doc = probe.run(device, config.train, quick_seconds, quick=True)
     if doc["status"] != "measured":
         return None, f"not measured ({doc['not_measured_reason']})", None
     return cm.from_probe(doc), f"quick rate check ({quick_seconds:g} s)", doc["threads"]
@@ -110,7 +113,7 @@ def human(seconds: float) -> str:
 
 
 def run(
-    config: dict,
+    config: Params | dict,
     probe_dir: Path = Path("results/probe"),
     quick_seconds: float = 3.0,
     echo=print,
@@ -118,6 +121,7 @@ def run(
 ) -> float:
     """Print each pending timing job's predicted duration and the total; returns the total seconds.
     plan: also write {"jobs": {record: seconds}} there (logs/study-plan.json under the workflow)."""
+    config = Params.of(config)
     jobs = pending_jobs(config)
     planned: dict[str, float] = {}
     if plan is not None:
@@ -130,23 +134,23 @@ def run(
     echo(f"gpuscale: predicted duration of the {len(jobs)} timing jobs to run (cost model, docs/prediction.md):")
     for job in jobs:
         cal, how, probe_threads = cals[job["device"]]
-        train = job["settings"]["train"]
+        train = job["run"].train
         if cal is None:
             echo(f"  {job['record']}: ~0 s, device {how}")
             continue
-        data = config["data"]
+        data = config.data
         seconds = cm.job_seconds(
             cal,
             facts[job["model"]],
-            train["epochs"],
-            data["train_size"] or 50_000,
-            data["test_size"] or 10_000,
-            train["batch_size"],
-            train["max_steps_per_epoch"],
-            train["phase_profile_steps"],
+            train.epochs,
+            data.train_size or 50_000,
+            data.test_size or 10_000,
+            train.batch_size,
+            train.max_steps_per_epoch,
+            train.phase_profile_steps,
         )
         if job["device"] == "cpu":
-            seconds *= thread_factor(train.get("cpu_threads"), probe_threads)
+            seconds *= thread_factor(train.cpu_threads, probe_threads)
         total += seconds
         planned[job["record"]] = seconds
         note = "" if job["variant"] == "paper" else f" (variant {job['variant']} predicted as paper)"

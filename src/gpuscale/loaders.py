@@ -14,6 +14,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpuscale import data as data_stage
+from gpuscale.settings import TrainSettings, Variant
 
 
 class ArrayImages(torch.utils.data.Dataset):
@@ -29,14 +30,15 @@ class ArrayImages(torch.utils.data.Dataset):
         return self.transform(Image.fromarray(np.asarray(self.images[index]))), int(self.labels[index])
 
 
-def paper_transforms(settings: dict):
+def paper_transforms(settings: TrainSettings | dict):
     from torchvision import transforms as T
 
-    normalize = T.Normalize(settings["normalize"]["mean"], settings["normalize"]["std"])
+    settings = TrainSettings.of(settings)
+    normalize = T.Normalize(list(settings.normalize.mean), list(settings.normalize.std))
     augment = []
-    if settings["augment"]["random_crop_padding"]:
-        augment.append(T.RandomCrop(32, padding=settings["augment"]["random_crop_padding"]))
-    if settings["augment"]["horizontal_flip"]:
+    if settings.augment.random_crop_padding:
+        augment.append(T.RandomCrop(32, padding=settings.augment.random_crop_padding))
+    if settings.augment.horizontal_flip:
         augment.append(T.RandomHorizontalFlip())
     return T.Compose([*augment, T.ToTensor(), normalize]), T.Compose([T.ToTensor(), normalize])
 
@@ -48,16 +50,22 @@ def _seed_worker(worker_id: int) -> None:
 
 
 def host_loaders(
-    dataset: data_stage.Dataset, settings: dict, device: torch.device, seed: int, rank: int = 0, world_size: int = 1
+    dataset: data_stage.Dataset,
+    settings: TrainSettings | dict,
+    device: torch.device,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
 ):
     """The paper's pipeline. With several processes, each trains on its shard (DistributedSampler, which pads
     the shards to one length so every process runs the same number of steps); all evaluate the whole test set."""
+    settings = TrainSettings.of(settings)
     train_tf, test_tf = paper_transforms(settings)
-    loader = settings["loader"]
+    loader = settings.loader
     common = {
-        "num_workers": loader["num_workers"],
-        "pin_memory": loader["pin_memory"] and device.type == "cuda",
-        "persistent_workers": loader["persistent_workers"] and loader["num_workers"] > 0,
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory and device.type == "cuda",
+        "persistent_workers": loader.persistent_workers and loader.num_workers > 0,
         "worker_init_fn": _seed_worker,
     }
     generator = torch.Generator().manual_seed(seed)
@@ -69,7 +77,7 @@ def host_loaders(
     )
     train = DataLoader(
         images,
-        batch_size=settings["batch_size"],
+        batch_size=settings.batch_size,
         shuffle=sampler is None,
         sampler=sampler,
         generator=generator,
@@ -77,7 +85,7 @@ def host_loaders(
     )
     test = DataLoader(
         ArrayImages(dataset.test_images, dataset.test_labels, test_tf),
-        batch_size=settings["eval_batch_size"],
+        batch_size=settings.eval_batch_size,
         shuffle=False,
         **common,
     )
@@ -96,7 +104,7 @@ class DeviceLoader:
         self,
         images: np.ndarray,
         labels: np.ndarray,
-        settings: dict,
+        settings: TrainSettings | dict,
         device: torch.device,
         batch_size: int,
         train: bool,
@@ -110,11 +118,12 @@ class DeviceLoader:
         self.images = torch.tensor(np.asarray(images)).to(device).permute(0, 3, 1, 2).contiguous()  # N,C,H,W uint8
         self.labels = torch.tensor(np.asarray(labels)).to(device)
         self.dataset = self.labels  # len() = number of images
-        norm = settings["normalize"]
-        self.mean = torch.tensor(norm["mean"], device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.tensor(norm["std"], device=device).view(1, 3, 1, 1) * 255
-        self.padding = settings["augment"]["random_crop_padding"] if train else 0
-        self.flip = settings["augment"]["horizontal_flip"] and train
+        settings = TrainSettings.of(settings)
+        norm = settings.normalize
+        self.mean = torch.tensor(list(norm.mean), device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(list(norm.std), device=device).view(1, 3, 1, 1) * 255
+        self.padding = settings.augment.random_crop_padding if train else 0
+        self.flip = settings.augment.horizontal_flip and train
         self.channels_last = channels_last
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -165,8 +174,8 @@ class DeviceLoader:
 
 def make_loaders(
     dataset: data_stage.Dataset,
-    settings: dict,
-    knobs: dict,
+    settings: TrainSettings | dict,
+    knobs: Variant | dict,
     device: torch.device,
     seed: int,
     rank: int = 0,
@@ -174,15 +183,16 @@ def make_loaders(
 ):
     """(train, test) loaders for the variant's `loader` knob: `host` (DataLoader) or `device`; with several
     processes, the training loader hands each its shard."""
-    if knobs["loader"] == "device":
-        cl = knobs["memory_format"] == "channels_last"
+    settings, knobs = TrainSettings.of(settings), Variant.of(knobs)
+    if knobs.loader == "device":
+        cl = knobs.memory_format == "channels_last"
         return (
             DeviceLoader(
                 dataset.train_images,
                 dataset.train_labels,
                 settings,
                 device,
-                settings["batch_size"],
+                settings.batch_size,
                 True,
                 seed,
                 cl,
@@ -190,7 +200,7 @@ def make_loaders(
                 world_size=world_size,
             ),
             DeviceLoader(
-                dataset.test_images, dataset.test_labels, settings, device, settings["eval_batch_size"], False, seed, cl
+                dataset.test_images, dataset.test_labels, settings, device, settings.eval_batch_size, False, seed, cl
             ),
         )
     return host_loaders(dataset, settings, device, seed, rank=rank, world_size=world_size)

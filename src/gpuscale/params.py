@@ -181,29 +181,34 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             )
 
 
-def train_settings(config: dict, model: str) -> dict:
+def load_typed(paths: list[Path] | tuple[Path, ...] = (DEFAULT_PARAMS,)) -> typed.Params:
+    """load() turned into frozen dataclasses once (gpuscale.settings.Params; `.config` keeps the merged dict)."""
+    return typed.Params.from_dict(load(paths))
+
+
+def train_settings(config: typed.Params | dict, model: str) -> dict:
     """The train.* settings of one model: train.* with models.<model>.* replacing whole keys."""
-    settings = copy.deepcopy(config["train"])
-    for key, value in ((config.get("models") or {}).get(model) or {}).items():
-        settings[key] = copy.deepcopy(value)
-    return settings
+    return typed.Params.of(config).train_for(model).to_dict()
 
 
-def typed_run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> typed.RunSettings:
+def typed_run_settings(
+    config: typed.Params | dict, model: str, device: str, variant: str, seed: int
+) -> typed.RunSettings:
     """run_settings as frozen dataclasses (gpuscale.settings.RunSettings)."""
     return typed.RunSettings.from_dict(run_settings(config, model, device, variant, seed))
 
 
-def run_settings(config: dict, model: str, device: str, variant: str, seed: int) -> dict:
+def run_settings(config: typed.Params | dict, model: str, device: str, variant: str, seed: int) -> dict:
     """Everything that shapes one run's result; the record keeps it, Snakemake reruns on its change."""
+    stage = typed.TrainStageParams.of(config, model, variant)  # only the keys the train stage depends on
     return {
         "model": model,
         "device": device,
         "variant": variant,
         "seed": seed,
-        "on_missing_device": config["study"]["on_missing_device"],
-        "variant_knobs": copy.deepcopy(config["variants"][variant]),
-        "train": train_settings(config, model),
+        "on_missing_device": stage.on_missing_device,
+        "variant_knobs": stage.variant.to_dict(),
+        "train": stage.train.to_dict(),
     }
 
 
@@ -223,64 +228,48 @@ def select(config: dict, keys: list[str], item: dict | None = None) -> dict:
     return out
 
 
-def run_keys(config: dict) -> list[dict]:
+def run_keys(config: typed.Params | dict) -> list[dict]:
     """Every (model, device, variant, seed) the study asks for, in a stable order."""
-    study = config["study"]
+    study = typed.Params.of(config).study
     return [
         {"model": m, "device": d, "variant": v, "seed": s}
-        for m in study["models"]
-        for d in study["devices"]
-        for v in study["variants"]
-        for s in study["seeds"]
+        for m in study.models
+        for d in study.devices
+        for v in study.variants
+        for s in study.seeds
     ]
 
 
 SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}
 
 
-def sweep_keys(config: dict) -> list[dict]:
+def sweep_keys(config: typed.Params | dict) -> list[dict]:
     """Every sweep run: CPU thread counts on `cpu`, GPU batch sizes on sweeps.gpu_device; seed 0."""
-    sweeps = config["sweeps"]
+    sweeps = typed.Params.of(config).sweeps
     keys = []
-    for model in sweeps["models"]:
+    for model in sweeps.models:
+        common = {"model": model, "variant": sweeps.variant, "seed": 0}
+        keys += [{**common, "device": "cpu", "parameter": "threads", "value": n} for n in sweeps.cpu_threads]
         keys += [
-            {
-                "model": model,
-                "device": "cpu",
-                "parameter": "threads",
-                "value": n,
-                "variant": sweeps["variant"],
-                "seed": 0,
-            }
-            for n in sweeps["cpu_threads"]
+            {**common, "device": sweeps.gpu_device, "parameter": "batch", "value": b} for b in sweeps.gpu_batch_sizes
         ]
-        keys += [
-            {
-                "model": model,
-                "device": sweeps["gpu_device"],
-                "parameter": "batch",
-                "value": b,
-                "variant": sweeps["variant"],
-                "seed": 0,
-            }
-            for b in sweeps["gpu_batch_sizes"]
-        ]
-    return keys
+    return [{k: key[k] for k in ("model", "device", "parameter", "value", "variant", "seed")} for key in keys]
 
 
-def sweep_settings(config: dict, model: str, device: str, parameter: str, value: int, variant: str, seed: int) -> dict:
+def sweep_settings(
+    config: typed.Params | dict, model: str, device: str, parameter: str, value: int, variant: str, seed: int
+) -> dict:
     """A run's settings with the swept setting replaced; the sweep is part of the run's key."""
     if parameter not in SWEEP_PARAMETERS:
         raise ParamsError(f"--sweep: unknown parameter {parameter!r} (allowed: {', '.join(SWEEP_PARAMETERS)})")
-    settings = run_settings(config, model, device, variant, seed)
-    for key, override in (config["sweeps"].get("train") or {}).items():  # sweep-only train keys, after models.<m>
-        settings["train"][key] = copy.deepcopy(override)
-    if parameter == "batch":
-        settings["train"]["batch_size"] = value
-    else:
-        settings["train"]["cpu_threads"] = value
-    settings["sweep"] = {"parameter": parameter, "value": value}
-    return settings
+    stage = typed.TrainStageParams.of(config, model, variant)
+    swept = {"batch_size": value} if parameter == "batch" else {"cpu_threads": value}
+    return {
+        **run_settings(config, model, device, variant, seed),
+        # sweep-only train keys after models.<m>, then the swept value
+        "train": stage.train_with({**stage.sweep_train, **swept}).to_dict(),
+        "sweep": {"parameter": parameter, "value": value},
+    }
 
 
 def data_parallel_size(device: str) -> int:

@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpuscale import envinfo, fsutil
+from gpuscale.settings import TrainSettings
 
 log = logging.getLogger("gpuscale.probe")
 
@@ -192,7 +193,7 @@ def host_to_device(device: torch.device, seconds: float) -> float | None:
     return source.numel() / per_copy
 
 
-def input_pipeline(train_settings: dict, device: torch.device, seconds: float, images: int = 4096) -> dict:
+def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, images: int = 4096) -> dict:
     """images/s of the `paper` host DataLoader (configured workers and transforms) on synthetic uint8 images."""
     from gpuscale import data as data_stage
     from gpuscale import loaders
@@ -206,7 +207,7 @@ def input_pipeline(train_settings: dict, device: torch.device, seconds: float, i
         classes=tuple(str(i) for i in range(10)),
         source={"source": "probe synthetic"},
     )
-    loader, _ = loaders.host_loaders(dataset, train_settings, device, seed=0)
+    loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
     batches, seen, start, first = 0, 0, time.perf_counter(), None
     for x, _ in loader:
         if first is None:  # worker start-up is not the pipeline's rate
@@ -220,14 +221,14 @@ def input_pipeline(train_settings: dict, device: torch.device, seconds: float, i
     return {
         "images_per_second": seen / elapsed if seen else None,
         "batches": batches,
-        "num_workers": train_settings["loader"]["num_workers"],
-        "batch_size": train_settings["batch_size"],
+        "num_workers": train.loader.num_workers,
+        "batch_size": train.batch_size,
     }
 
 
 def run(
     device_slug: str,
-    train_settings: dict,
+    train_settings: TrainSettings | dict,
     budget_seconds: float = 60.0,
     threads: int | None = None,
     quick: bool = False,
@@ -238,6 +239,7 @@ def run(
     every other kind then runs at the dense rate in the cost model."""
     from gpuscale import train as train_mod
 
+    train = TrainSettings.of(train_settings)
     started = train_mod.now_iso()
     wall = time.perf_counter()
     device = train_mod.torch_device(device_slug)
@@ -246,7 +248,7 @@ def run(
         "kind": KIND,
         "device": device_slug,
         "budget_seconds": budget_seconds,
-        "batch_size": train_settings["batch_size"],
+        "batch_size": train.batch_size,
         "threads": None,
         "status": "measured",
         "not_measured_reason": None,
@@ -268,18 +270,18 @@ def run(
         doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
     else:
         if device.type == "cpu":
-            torch.set_num_threads(threads or train_settings.get("cpu_threads") or os.cpu_count() or 1)
+            torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
-        _measure(doc, device, device_slug, train_settings, budget_seconds, quick)
+        _measure(doc, device, device_slug, train, budget_seconds, quick)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
 
 
-def _measure(doc: dict, device, device_slug: str, train_settings: dict, budget_seconds: float, quick: bool) -> None:
+def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool) -> None:
     """The probe's parts, in order, each within its share of the budget, into `doc`."""
-    batch = train_settings["batch_size"]
+    batch = train.batch_size
     torch.manual_seed(0)
     cases_by_kind = layer_cases(batch)
     if quick:
@@ -295,7 +297,7 @@ def _measure(doc: dict, device, device_slug: str, train_settings: dict, budget_s
     doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
-    pipeline = input_pipeline(train_settings, device, budget_seconds * SHARES["input_pipeline"])
+    pipeline = input_pipeline(train, device, budget_seconds * SHARES["input_pipeline"])
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(

@@ -67,24 +67,25 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-def make_optimizer(model: nn.Module, settings: dict, runner: variants.Runner | None = None):
-    spec = settings["optimizer"]
+def make_optimizer(model: nn.Module, settings: TrainSettings | dict, runner: variants.Runner | None = None):
+    settings = TrainSettings.of(settings)
+    spec = settings.optimizer
     kwargs = runner.optimizer_kwargs() if runner else {}
-    cls = torch.optim.Adam if spec["name"] == "adam" else torch.optim.SGD
-    extra = {} if spec["name"] == "adam" else {"momentum": 0.9}
+    cls = torch.optim.Adam if spec.name == "adam" else torch.optim.SGD
+    extra = {} if spec.name == "adam" else {"momentum": 0.9}
     try:
-        optimizer = cls(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], **extra, **kwargs)
+        optimizer = cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay, **extra, **kwargs)
         if runner:
             runner.note_optimizer(bool(kwargs.get("fused")))
     except (RuntimeError, TypeError, ValueError) as err:
         if not kwargs:
             raise
-        optimizer = cls(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"], **extra)
+        optimizer = cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay, **extra)
         runner.note_optimizer(False, f"fused optimizer unavailable here ({err}); ran the default implementation")
-    sched = settings["scheduler"]
+    sched = settings.scheduler
     scheduler = (
-        torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched["step_size"], gamma=sched["gamma"])
-        if sched["name"] == "steplr"
+        torch.optim.lr_scheduler.StepLR(optimizer, step_size=sched.step_size, gamma=sched.gamma)
+        if sched.name == "steplr"
         else None
     )
     return optimizer, scheduler
@@ -440,7 +441,7 @@ def _run(
     run_ctx = prepare_context(settings, out, threads, resume, ctx)
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
     model = MODELS[run_ctx.run.model].build(len(dataset.classes))
-    base = base_record(settings, label, model, manifest, manifest_sha256)
+    base = base_record(run_ctx, label, model, manifest, manifest_sha256)
     if manifest["synthetic"]:
         log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")
     reason = spec_unavailable_reason(run_ctx.run.device.spec)
@@ -497,15 +498,15 @@ def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool
     return run_ctx
 
 
-def base_record(settings: dict, label: str | None, model: nn.Module, manifest: dict, manifest_sha256: str) -> dict:
-    """The fields every record has, measured or not."""
+def base_record(run_ctx: RunContext, label: str | None, model: nn.Module, manifest: dict, manifest_sha256: str) -> dict:
+    """The fields every record has, measured or not (the settings as params gave them)."""
     return {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
-        "key": record.key_of(settings),
+        "key": record.key_of(run_ctx.settings),
         "label": label,
-        "settings": settings,
-        "model": model_info(settings["model"], model),
+        "settings": run_ctx.settings,
+        "model": model_info(run_ctx.run.model, model),
         "data": {
             "source": manifest["source"],
             "synthetic": manifest["synthetic"],
@@ -561,10 +562,10 @@ def build_training(run_ctx: RunContext, model: nn.Module, dataset, cache: dict |
             "sampled protocol with a compiled model: the recompilation for an epoch's last, smaller "
             "batch falls outside the timed steps, so the first epoch is underestimated"
         )
-    optimizer, scheduler = make_optimizer(model, run_ctx.train.to_dict(), runner)
+    optimizer, scheduler = make_optimizer(model, run_ctx.train, runner)
     train_loader, test_loader = loaders.make_loaders(
         dataset,
-        run_ctx.train.to_dict(),
+        run_ctx.train,
         run.variant_knobs,
         device,
         run.seed,

@@ -15,24 +15,27 @@ from collections.abc import Iterator
 
 import torch
 
+from gpuscale.settings import Variant
+
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The knobs of params.yaml's `paper` variant, for callers that train without params (benchmarks).
-PAPER_KNOBS = {
-    "precision": "default",
-    "memory_format": "contiguous",
-    "compile": "none",
-    "compile_cache": "cold",
-    "loader": "host",
-    "fused_optimizer": False,
-    "cudnn_benchmark": False,
-}
+PAPER_KNOBS = Variant(
+    precision="default",
+    memory_format="contiguous",
+    compile="none",
+    compile_cache="cold",
+    loader="host",
+    fused_optimizer=False,
+    cudnn_benchmark=False,
+)
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def compile_mode(knobs: dict, device_type: str) -> str:
+def compile_mode(knobs: Variant | dict, device_type: str) -> str:
     """The torch.compile mode a run gets on this kind of device: CUDA graphs (reduce-overhead) need CUDA, so
     elsewhere the run is uncompiled."""
-    return "none" if knobs["compile"] == "reduce-overhead" and device_type != "cuda" else knobs["compile"]
+    knobs = Variant.of(knobs)
+    return "none" if knobs.compile == "reduce-overhead" and device_type != "cuda" else knobs.compile
 
 
 def inductor_cache_dir() -> str:
@@ -52,7 +55,7 @@ def count_files(directory: str) -> int:
 
 
 @contextlib.contextmanager
-def compile_cache(knobs: dict, device_type: str) -> Iterator[dict | None]:
+def compile_cache(knobs: Variant | dict, device_type: str) -> Iterator[dict | None]:
     """Where a compiled run keeps what torch.compile produces, for the whole run (every process of it).
 
     `cold` (the default): a private, empty cache directory, removed afterwards, so the first epoch pays the whole
@@ -63,7 +66,7 @@ def compile_cache(knobs: dict, device_type: str) -> Iterator[dict | None]:
     if compile_mode(knobs, device_type) == "none":
         yield None
         return
-    policy = knobs.get("compile_cache", "cold")
+    policy = Variant.of(knobs).cache_policy
     torch.compiler.reset()  # nothing compiled earlier in this process is reused: only the on-disk cache can be
     if policy == "shared":
         directory = inductor_cache_dir()
@@ -87,23 +90,24 @@ def compile_cache(knobs: dict, device_type: str) -> Iterator[dict | None]:
 class Runner:
     """Applies a variant's knobs to one run on one device and remembers what was in effect."""
 
-    def __init__(self, name: str, knobs: dict, device: torch.device, cache: dict | None = None):
-        self.name, self.knobs, self.device, self.cache = name, dict(knobs), device, cache
+    def __init__(self, name: str, knobs: Variant | dict, device: torch.device, cache: dict | None = None):
+        knobs = Variant.of(knobs)
+        self.name, self.knobs, self.device, self.cache = name, knobs, device, cache
         self.effective: dict = {}
         self.notes: list[str] = []
         self._backend()
-        self.autocast_dtype = AUTOCAST_DTYPES.get(knobs["precision"])
+        self.autocast_dtype = AUTOCAST_DTYPES.get(knobs.precision)
         if self.autocast_dtype is not None and device.type == "cpu" and not self._cpu_autocast_ok():
-            self.notes.append(f"{knobs['precision']} autocast unavailable on this CPU: ran fp32")
+            self.notes.append(f"{knobs.precision} autocast unavailable on this CPU: ran fp32")
             self.autocast_dtype = None
         self.effective["autocast"] = str(self.autocast_dtype).replace("torch.", "") if self.autocast_dtype else None
         self.scaler = (
             torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 and device.type == "cuda" else None
         )
-        self.channels_last = knobs["memory_format"] == "channels_last"
+        self.channels_last = knobs.memory_format == "channels_last"
 
     def _backend(self) -> None:
-        precision = self.knobs["precision"]
+        precision = self.knobs.precision
         if self.device.type == "cuda":
             if precision == "fp32":  # strict fp32: no TF32 anywhere
                 torch.backends.cuda.matmul.allow_tf32 = False
@@ -116,7 +120,7 @@ class Runner:
             self.effective["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
         # autotuning picks algorithms by timing: never together with deterministic mode
         torch.backends.cudnn.benchmark = (
-            bool(self.knobs["cudnn_benchmark"]) and not torch.are_deterministic_algorithms_enabled()
+            bool(self.knobs.cudnn_benchmark) and not torch.are_deterministic_algorithms_enabled()
         )
         self.effective["cudnn_benchmark"] = torch.backends.cudnn.benchmark
 
@@ -141,7 +145,7 @@ class Runner:
         if wrap is not None:
             model = wrap(model)
         mode = compile_mode(self.knobs, self.device.type)
-        if mode != self.knobs["compile"]:
+        if mode != self.knobs.compile:
             self.notes.append("compile reduce-overhead means CUDA graphs, which need a CUDA device: ran uncompiled")
         if mode != "none":
             # static shapes: the last, smaller batch gets its own graph instead of a dynamic-shape rebuild
@@ -159,7 +163,7 @@ class Runner:
         return images
 
     def optimizer_kwargs(self) -> dict:
-        return {"fused": True} if self.knobs["fused_optimizer"] else {}
+        return {"fused": True} if self.knobs.fused_optimizer else {}
 
     def note_optimizer(self, fused: bool, reason: str | None = None) -> None:
         self.effective["fused_optimizer"] = fused
@@ -181,4 +185,4 @@ class Runner:
         self.step(optimizer)
 
     def describe(self) -> dict:
-        return {"name": self.name, "knobs": self.knobs, "effective": self.effective, "notes": self.notes}
+        return {"name": self.name, "knobs": self.knobs.to_dict(), "effective": self.effective, "notes": self.notes}

@@ -28,6 +28,15 @@ def load_params(args) -> dict:
     return args._config
 
 
+def load_typed(args):
+    """load_params as frozen dataclasses (gpuscale.settings.Params), typed once per command; `.config` is the dict."""
+    from gpuscale.settings import Params
+
+    if getattr(args, "_typed", None) is None:
+        args._typed = Params.from_dict(load_params(args))
+    return args._typed
+
+
 def suggest(value: str, allowed) -> str:
     """'; did you mean X?' for the nearest allowed value, or ''."""
     import difflib

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import UsageError, load_params, writable
+from gpuscale.commands import UsageError, load_typed, writable
 
 
 def add_arguments(parser) -> None:
@@ -23,7 +23,7 @@ def errors() -> tuple:
     return (AggregateError,)
 
 
-def study_records(config: dict) -> list[Path]:
+def study_records(config) -> list[Path]:
     from gpuscale import params
 
     records = [Path(params.record_path(**key)) for key in params.run_keys(config)]
@@ -31,14 +31,14 @@ def study_records(config: dict) -> list[Path]:
 
 
 def check(args) -> None:
-    config = load_params(args)
+    config = load_typed(args)
     writable(args.out, "--out (folder)")
     writable(Path(args.out) / "runs.csv", "--out (folder)")
     writable(args.metrics, "--metrics")
-    for folder in config["report"]["reference"]:
+    for folder in config.report.reference:
         if not Path(folder).is_dir():
             raise UsageError(f"report.reference: {folder} is not a folder (list folders under reference/)")
-    if args.reference_only or config["report"]["skip_bad_records"]:
+    if args.reference_only or config.report.skip_bad_records:
         return  # skipped records are listed in the tables' notes
     missing = [p for p in study_records(config) if not p.exists()]
     if missing:
@@ -53,15 +53,15 @@ def check(args) -> None:
 def run(args) -> int:
     from gpuscale import aggregate
 
-    config = load_params(args)
+    config = load_typed(args)
     records = [] if args.reference_only else study_records(config)  # reference-only: shipped records alone
-    report = config["report"]
+    report = config.report
     aggregate.run(
         records,
-        report["reference"],
+        list(report.reference),
         Path(args.out),
         Path(args.metrics),
-        report["accuracy_tolerance"],
-        skip_bad=report["skip_bad_records"],
+        report.accuracy_tolerance,
+        skip_bad=report.skip_bad_records,
     )
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params, writable
+from gpuscale.commands import load_typed, writable
 
 
 def add_arguments(parser) -> None:
@@ -18,13 +18,12 @@ def errors() -> tuple:
 
 
 def check(args) -> None:
-    load_params(args)
+    load_typed(args)
     writable(args.out, "--out (folder)")
 
 
 def run(args) -> int:
     from gpuscale import data
 
-    config = load_params(args)
-    data.prepare(config["data"], Path(args.out))
+    data.prepare(load_typed(args).data, Path(args.out))
     return 0

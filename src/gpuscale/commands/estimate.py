@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from gpuscale import estimate
-    from gpuscale.commands import load_params
+    from gpuscale.commands import load_typed
 
-    estimate.run(load_params(args), Path(args.probes), args.quick_seconds, plan=Path(args.plan) if args.plan else None)
+    estimate.run(load_typed(args), Path(args.probes), args.quick_seconds, plan=Path(args.plan) if args.plan else None)
     return 0

@@ -16,13 +16,13 @@ def run(args) -> int:
     import sys
 
     from gpuscale import probe, timinglock
-    from gpuscale.commands import load_params
+    from gpuscale.commands import load_typed
 
-    config = load_params(args)
-    budget = args.seconds or config["predict"]["probe_seconds"]
+    config = load_typed(args)
+    budget = args.seconds or config.predict.probe_seconds
     try:
         with timinglock.hold():  # a probe times the device: never beside another timing job (gpuscale.timinglock)
-            doc = probe.run(args.device, config["train"], budget, threads=args.threads)
+            doc = probe.run(args.device, config.train, budget, threads=args.threads)
         probe.write(args.out, doc)
     except probe.ProbeError as err:
         print(f"gpuscale probe: error: {err}", file=sys.stderr)

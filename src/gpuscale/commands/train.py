@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gpuscale.commands import UsageError, choice, load_params, writable
+from gpuscale.commands import UsageError, choice, load_typed, writable
 
 log = logging.getLogger("gpuscale")
 
@@ -44,14 +44,14 @@ def check(args) -> None:
     from gpuscale.models import MODEL_NAMES
     from gpuscale.settings import DEVICE_ALLOWED, is_device
 
-    config = load_params(args)
+    config = load_typed(args)
     choice("--model", args.model, MODEL_NAMES)
     if not is_device(args.device):
         hint = ""
         if re.fullmatch(r"(cuda|cpu):[0-9]+", args.device):
             hint = f"; did you mean {args.device.replace(':', '-')}?"
         raise UsageError(f"--device: {args.device!r} is malformed{hint} (allowed: {DEVICE_ALLOWED})")
-    choice("--variant", args.variant, config["variants"])
+    choice("--variant", args.variant, config.variants)
     if not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed: {args.seed} is out of range (allowed: 0 to {MAX_SEED})")
     if args.threads is not None and args.threads < 1:
@@ -84,9 +84,9 @@ def default_out(args) -> str:
 def run(args) -> int:
     from gpuscale import params, timinglock, train
 
-    config = load_params(args)
-    study = config["study"]
-    if args.model not in study["models"]:
+    config = load_typed(args)
+    study = config.study
+    if args.model not in study.models:
         log.warning("model %s is not in study.models; training it anyway as asked", args.model)
     if args.sweep:
         parameter, _, value = args.sweep.partition("=")
@@ -110,7 +110,7 @@ def run(args) -> int:
             Path(args.data),
             out,
             threads=args.threads,
-            label=study.get("label"),
-            resume=config["runtime"]["resume"],
+            label=study.label,
+            resume=config.runtime.resume,
         )
     return 0

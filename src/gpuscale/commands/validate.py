@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuscale.commands import load_params
+from gpuscale.commands import load_typed
 
 
 def add_arguments(parser) -> None:
@@ -12,9 +12,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from gpuscale import params
 
-    config = load_params(args)
+    config = load_typed(args)
     print(
         f"ok: {len(params.run_keys(config))} runs "
-        f"({', '.join(config['study']['models'])} on {', '.join(config['study']['devices'])})"
+        f"({', '.join(config.study.models)} on {', '.join(config.study.devices)})"
     )
     return 0
