@@ -21,28 +21,21 @@ import numpy as np
 import polars as pl
 
 from gpuscale import analysis, fsutil, words
-
-# The table contract, for charts, report and docs alike: the one hunk to switch to gpuscale.tables (table names,
-# fit identifiers, read_tables) when it lands.
 from gpuscale.record import PHASES as PHASE_ORDER
-from gpuscale.tables import LOCAL_SOURCE, PAPER_SOURCE, TABLES, Fit, paper_frame, read_tables  # noqa: F401 (for report)
+from gpuscale.tables import (
+    FIT_FLOPS,
+    FIT_PARAMETERS,
+    LOCAL_SOURCE,
+    PAPER_SOURCE,
+    Fit,
+    paper_frame,
+    read_tables,
+    verdict,
+)
+from gpuscale.words import CHART_NAMES, chart_title, script_json
 
 log = logging.getLogger("gpuscale.charts")
 
-CHART_NAMES = (
-    "speedup_vs_flops",
-    "speedup_vs_parameters",
-    "phases",
-    "amdahl",
-    "epoch_seconds",
-    "throughput",
-    "accuracy",
-    "threads",
-    "batch",
-    "scaling",
-)
-FIT_PARAMETERS = Fit.SCALING_PARAMETERS  # fits are found by their fit_id (gpuscale.tables.Fit), never by label text
-FIT_FLOPS = Fit.SCALING_FLOPS
 HEIGHT = 340
 EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width
 TIMES = "format(datum.value, '~g') + '×'"
@@ -244,25 +237,6 @@ def _paper_points(speedup: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.Float64).alias("speedup_ci_low"),
         pl.lit(None, dtype=pl.Float64).alias("speedup_ci_high"),
     )
-
-
-def r2_by_fit(fits: pl.DataFrame, source: str, variant: str) -> dict[str, float]:
-    return {
-        row["fit_id"]: row["r2"]
-        for row in fits.filter((pl.col("source") == source) & (pl.col("variant") == variant) & pl.col("ok")).iter_rows(
-            named=True
-        )
-    }
-
-
-def verdict(fits: pl.DataFrame, source: str, variant: str, short: bool = False) -> str:
-    """'R² 0.89 against training FLOPs per image, 0.40 against parameters' for one source and variant."""
-    r2 = r2_by_fit(fits, source, variant)
-    if FIT_FLOPS in r2 and FIT_PARAMETERS in r2:
-        if short:
-            return f"R² {r2[FIT_FLOPS]:.2f} against FLOPs, {r2[FIT_PARAMETERS]:.2f} against parameters"
-        return f"R² {r2[FIT_FLOPS]:.2f} against training FLOPs per image, {r2[FIT_PARAMETERS]:.2f} against parameters"
-    return ""
 
 
 def _size_points(speedup: pl.DataFrame, column: str) -> pl.DataFrame:
@@ -1012,19 +986,6 @@ def fixed_width(vl: dict, width: int = EXPORT_WIDTH) -> dict:
     return out
 
 
-def script_json(value) -> str:
-    """JSON safe inside <script type="application/json">: no '<' can close the element or open a comment, no '&'
-    starts an entity, and U+2028/U+2029 (line breaks to older JavaScript) are escaped too."""
-    return (
-        json.dumps(value, ensure_ascii=False)
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
-
-
 PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -1051,12 +1012,6 @@ vegaEmbed("#chart", JSON.parse(document.getElementById("spec").textContent),
 def page(vl: dict, title: str, bundle: str) -> str:
     """A standalone offline page for one chart: every string escaped (the title as HTML, the spec as script JSON)."""
     return PAGE.format(title=html.escape(title), spec=script_json(vl), bundle=bundle.replace("</script", "<\\/script"))
-
-
-def chart_title(vl: dict) -> str:
-    title = vl.get("title", "")
-    text = title.get("text", "") if isinstance(title, dict) else title
-    return " ".join(text) if isinstance(text, list) else str(text)
 
 
 def save(charts: dict[str, alt.Chart], out_dir: Path) -> list[Path]:

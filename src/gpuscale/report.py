@@ -4,7 +4,7 @@ It answers first (key results, computed from the tables), then explains (charts,
 proves (checks, every run, environment, provenance; collapsed). The Vega libraries are inlined once; each chart is
 its Vega-Lite spec from the charts stage; every table is drawn by one template macro with its words from
 gpuscale.words and can be downloaded as CSV built in the page. Everything goes through Jinja2 with autoescaping and
-embedded JSON through charts.script_json, so text from params, records or file names cannot inject markup.
+embedded JSON through words.script_json, so text from params, records or file names cannot inject markup.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from gpuscale import charts, costmodel, fsutil, paper, predict, words
-from gpuscale.charts import LOCAL_SOURCE, PAPER_SOURCE, TABLES, read_tables  # the table contract, via charts
+from gpuscale import costmodel, fsutil, paper, predict, words
 from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
+from gpuscale.tables import FIT_FLOPS, FIT_PARAMETERS, LOCAL_SOURCE, PAPER_SOURCE, TABLES, r2_by_fit, read_tables
+from gpuscale.tables import verdict as fit_verdict
 
 DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
 log = logging.getLogger("gpuscale.report")
@@ -366,17 +367,17 @@ def key_results(tables: dict, pred: dict | None = None) -> dict:
             rows = _by_flops(frame.filter(pl.col("variant") == variant)).to_dicts()
             variants.append({"name": variant, "chips": [_chip(r) for r in rows]})
         baseline = "paper" if "paper" in [v["name"] for v in variants] else variants[0]["name"]
-        verdict = charts.verdict(fits, source, baseline)
+        verdict = fit_verdict(fits, source, baseline)
         findings = []
         if verdict:
-            r2 = charts.r2_by_fit(fits, source, baseline)
-            follows = "training FLOPs per image" if r2[charts.FIT_FLOPS] >= r2[charts.FIT_PARAMETERS] else "parameters"
+            r2 = r2_by_fit(fits, source, baseline)
+            follows = "training FLOPs per image" if r2[FIT_FLOPS] >= r2[FIT_PARAMETERS] else "parameters"
             models = frame.filter((pl.col("variant") == baseline) & pl.col("speedup").is_not_null()).height
             claim = f"The speedup follows {follows}"
-            if max(r2[charts.FIT_FLOPS], r2[charts.FIT_PARAMETERS]) < WEAK_R2:
+            if max(r2[FIT_FLOPS], r2[FIT_PARAMETERS]) < WEAK_R2:
                 claim = f"Neither size predicts the speedup well; {follows} does better"
             findings.append(
-                f"{claim}: {charts.verdict(fits, source, baseline, short=True)} "
+                f"{claim}: {fit_verdict(fits, source, baseline, short=True)} "
                 f"({baseline} variant, power laws over {models} models)."
             )
         findings += paper_comparison(speedup, runs, source, baseline)
@@ -970,7 +971,7 @@ def render(
 ) -> str:
     import vl_convert
 
-    specs = {name: json.loads((Path(chart_dir) / f"{name}.vl.json").read_text()) for name in charts.CHART_NAMES}
+    specs = {name: json.loads((Path(chart_dir) / f"{name}.vl.json").read_text()) for name in words.CHART_NAMES}
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gpuscale", "templates"),
         autoescape=jinja2.select_autoescape(default=True),
@@ -978,14 +979,14 @@ def render(
     )
     template = env.get_template("report.html.j2")
     figures = {}
-    for name in charts.CHART_NAMES:
+    for name in words.CHART_NAMES:
         spec = specs[name]
         empty = _empty(spec)
         figures.setdefault(SECTIONS[name], []).append(
             {
                 "name": name,
-                "title": charts.chart_title(spec),
-                "spec": Markup(charts.script_json(spec)),
+                "title": words.chart_title(spec),
+                "spec": Markup(words.script_json(spec)),
                 "help": CHART_HELP[name],
                 "empty": empty is not None,
                 "message": empty or "",
@@ -1014,8 +1015,8 @@ def render(
         environments=environments(tables["runs"]),
         provenance=provenance(tables["runs"], params_files),
         sources=sources,
-        data_tables=[{"name": n, "csv": Markup(charts.script_json(t))} for n, t in data_tables.items()],
-        script_json=lambda value: Markup(charts.script_json(value)),
+        data_tables=[{"name": n, "csv": Markup(words.script_json(t))} for n, t in data_tables.items()],
+        script_json=lambda value: Markup(words.script_json(value)),
         vega_bundle=Markup((vega_bundle or vl_convert.javascript_bundle()).replace("</script", "<\\/script")),
     )
 

@@ -243,3 +243,27 @@ def read_tables(out_dir: Path) -> dict:
     tables = {name: pl.read_parquet(out_dir / f"{name}.parquet") for name in TABLES}
     tables.update(json.loads((out_dir / NOTES).read_text()))
     return tables
+
+
+# Fits are found by their fit_id (Fit), never by label text.
+FIT_PARAMETERS = Fit.SCALING_PARAMETERS
+FIT_FLOPS = Fit.SCALING_FLOPS
+
+
+def r2_by_fit(fits: pl.DataFrame, source: str, variant: str) -> dict[str, float]:
+    return {
+        row["fit_id"]: row["r2"]
+        for row in fits.filter((pl.col("source") == source) & (pl.col("variant") == variant) & pl.col("ok")).iter_rows(
+            named=True
+        )
+    }
+
+
+def verdict(fits: pl.DataFrame, source: str, variant: str, short: bool = False) -> str:
+    """'R² 0.89 against training FLOPs per image, 0.40 against parameters' for one source and variant."""
+    r2 = r2_by_fit(fits, source, variant)
+    if FIT_FLOPS in r2 and FIT_PARAMETERS in r2:
+        if short:
+            return f"R² {r2[FIT_FLOPS]:.2f} against FLOPs, {r2[FIT_PARAMETERS]:.2f} against parameters"
+        return f"R² {r2[FIT_FLOPS]:.2f} against training FLOPs per image, {r2[FIT_PARAMETERS]:.2f} against parameters"
+    return ""

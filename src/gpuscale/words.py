@@ -6,6 +6,7 @@ Torch-free and polars-free, so anything may import it.
 
 from __future__ import annotations
 
+import json
 import re
 
 # column -> what a reader sees (unit in the words, never a bare identifier)
@@ -323,3 +324,37 @@ def si(value: float | None, unit: str = "") -> str:
             v = value / factor
             return f"{v:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}".strip()
+
+
+# The charts the charts stage writes (<name>.vl.json, .html, .svg) and the report shows, in this order.
+CHART_NAMES = (
+    "speedup_vs_flops",
+    "speedup_vs_parameters",
+    "phases",
+    "amdahl",
+    "epoch_seconds",
+    "throughput",
+    "accuracy",
+    "threads",
+    "batch",
+    "scaling",
+)
+
+
+def script_json(value) -> str:
+    """JSON safe inside <script type="application/json">: no '<' can close the element or open a comment, no '&'
+    starts an entity, and U+2028/U+2029 (line breaks to older JavaScript) are escaped too."""
+    return (
+        json.dumps(value, ensure_ascii=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def chart_title(vl: dict) -> str:
+    title = vl.get("title", "")
+    text = title.get("text", "") if isinstance(title, dict) else title
+    return " ".join(text) if isinstance(text, list) else str(text)
