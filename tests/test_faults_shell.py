@@ -45,9 +45,18 @@ def test_an_overlay_whose_name_holds_a_space_and_a_semicolon_reaches_the_command
 
 def test_make_quotes_overlays_and_validates_them_before_snakemake(tmp_path):
     done = subprocess.run(
-        ["make", "-n", "-o", ".venv/.installed", "reproduce", "CONFIGS=config/quick.yaml it's;here.yaml"],
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "-o",
+            ".venv/.installed",
+            "reproduce",
+            "CONFIGS=config/quick.yaml it's;here.yaml",
+        ],
         cwd=REPO,
-        env=tool_env(),
+        # under `make test` (CI) the parent's MAKEFLAGS/MAKELEVEL would make this a sub-make printing its directory
+        env={k: v for k, v in tool_env().items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")},
         capture_output=True,
         text=True,
         check=True,

@@ -46,6 +46,11 @@ class DeviceSpec:
     def data_parallel(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def per_process(self) -> str:
+        """The device one process of this spec trains on (cpu-ddp2 -> cpu): what a probe measures."""
+        return self.kind if self.data_parallel else self.spec
+
     def __str__(self) -> str:
         return self.spec
 

@@ -7,7 +7,9 @@ PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "pape
 
 
 def probe_records():
-    return [f"results/probe/{device}.json" for device in config["study"]["devices"]]
+    """One probe per device a process trains on (a data-parallel cpu-ddp2 is probed as cpu)."""
+    devices = {typed.DeviceSpec.parse(device).per_process for device in config["study"]["devices"]}
+    return [f"results/probe/{device}.json" for device in sorted(devices)]
 
 
 def predict_targets():

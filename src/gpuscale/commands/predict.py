@@ -24,7 +24,7 @@ def run(args) -> int:
     config = load_params(args)
     try:
         predict.run(
-            [p for d in config["study"]["devices"] if (p := Path(args.probes) / f"{d}.json").exists()],
+            probe_paths(Path(args.probes), config["study"]["devices"]),
             config["report"]["reference"],
             Path(args.out),
             list(models.MODEL_NAMES),
@@ -36,3 +36,17 @@ def run(args) -> int:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
+    """One probe record per device a process trains on: <device>.json, or for a data-parallel study device its
+    per-process kind's record (cpu.json for cpu-ddp2; DVC's probe matrix names it cpu-ddp2.json)."""
+    from gpuscale.settings import DeviceSpec
+
+    found: dict[str, Path] = {}
+    for device in devices:
+        single = DeviceSpec.parse(device).per_process
+        for path in (folder / f"{single}.json", folder / f"{device}.json"):
+            if single not in found and path.exists():
+                found[single] = path
+    return list(found.values())

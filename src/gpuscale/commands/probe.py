@@ -6,10 +6,28 @@ HELP = "measure a device's layer throughputs, step costs and input pipeline (a p
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--device", required=True, help="cpu, cuda, cuda-N, mps")
+    parser.add_argument(
+        "--device",
+        required=True,
+        help="cpu, cuda, cuda-N, mps (a data-parallel cuda-ddpN / cpu-ddpN is probed as one process: cuda / cpu)",
+    )
     parser.add_argument("--out", required=True, help="probe record path, e.g. results/probe/cpu.json")
     parser.add_argument("--seconds", type=float, help="time budget (default: predict.probe_seconds)")
     parser.add_argument("--threads", type=int, help="torch threads on cpu (default: train.cpu_threads, else all cores)")
+
+
+def check(args) -> None:
+    """Every argument and the output, before any measuring (one line naming what is allowed)."""
+    from gpuscale.commands import UsageError, writable
+    from gpuscale.settings import DEVICE_ALLOWED, is_device
+
+    if not is_device(args.device):
+        raise UsageError(f"--device: {args.device!r} is malformed (allowed: {DEVICE_ALLOWED})")
+    if args.seconds is not None and not 0 < args.seconds <= 600:
+        raise UsageError(f"--seconds: {args.seconds} is out of range (allowed: more than 0, at most 600)")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
+    writable(args.out, "--out")
 
 
 def run(args) -> int:
@@ -17,12 +35,14 @@ def run(args) -> int:
 
     from gpuscale import probe, timinglock
     from gpuscale.commands import load_typed
+    from gpuscale.settings import DeviceSpec
 
     config = load_typed(args)
     budget = args.seconds or config.predict.probe_seconds
     try:
         with timinglock.hold():  # a probe times the device: never beside another timing job (gpuscale.timinglock)
-            doc = probe.run(args.device, config.train, budget, threads=args.threads)
+            device = DeviceSpec.parse(args.device).per_process  # cpu-ddp2: one process's device, cpu
+            doc = probe.run(device, config.train, budget, threads=args.threads)
         probe.write(args.out, doc)
     except probe.ProbeError as err:
         print(f"gpuscale probe: error: {err}", file=sys.stderr)
