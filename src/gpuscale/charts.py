@@ -560,18 +560,18 @@ def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: 
 def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart:
     both = speedup.filter(pl.col("cpu_accuracy").is_not_null() & pl.col("gpu_accuracy").is_not_null())
     # a sampled run trained on a few steps per epoch: its accuracy is no full-run accuracy, so it is not drawn
-    data = both.filter(~pl.col("extrapolated"))
+    shown = both.filter(~pl.col("extrapolated"))
     subtitle = [
         f"inside the green band the two agree within ±{tolerance * 100:.1f} percentage points",
-        style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+        style.key(shown["variant"].unique().to_list()) if not shown.is_empty() else "",
     ]
-    if len(both) > len(data):
-        subtitle.append(f"{len(both) - len(data)} pair(s) with a sampled run left out")
-    title = _title("Test accuracy, CPU against GPU", subtitle, data)
-    if data.is_empty():
+    if len(both) > len(shown):
+        subtitle.append(f"{len(both) - len(shown)} pair(s) with a sampled run left out")
+    title = _title("Test accuracy, CPU against GPU", subtitle, shown)
+    if shown.is_empty():
         return _empty(title, "No model trained in full on both devices yet (sampled runs are not compared).")
-    low = float(min(data["cpu_accuracy"].min(), data["gpu_accuracy"].min())) - 0.02
-    high = float(max(data["cpu_accuracy"].max(), data["gpu_accuracy"].max())) + 0.02
+    low = float(min(shown["cpu_accuracy"].min(), shown["gpu_accuracy"].min())) - 0.02
+    high = float(max(shown["cpu_accuracy"].max(), shown["gpu_accuracy"].max())) + 0.02
     scale = alt.Scale(domain=[max(low, 0), min(high, 1)], nice=False)
     band = pl.DataFrame({"cpu_accuracy": [max(low, 0), min(high, 1)]}).with_columns(
         pl.col("cpu_accuracy").alias("gpu_accuracy"),
@@ -580,7 +580,7 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
     )
     x = alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
     y = alt.Y("gpu_accuracy:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
-    return alt.layer(*_parity_band(band, scale, x, y), *_accuracy_points(data, x, y, style)).properties(
+    return alt.layer(*_parity_band(band, scale, x, y), *_accuracy_points(shown, x, y, style)).properties(
         title=title, width="container", height=HEIGHT, description="Test accuracy, CPU against GPU"
     )
 
@@ -600,11 +600,11 @@ def _parity_band(band: pl.DataFrame, scale, x, y) -> list:
     return [area, diagonal]
 
 
-def _accuracy_points(data: pl.DataFrame, x, y, style: Style) -> list:
+def _accuracy_points(shown: pl.DataFrame, x, y, style: Style) -> list:
     """One point per source, variant and model, labelled with the model."""
-    present = data["source"].unique().to_list()
-    variants = data["variant"].unique().to_list()
-    frame = data.select(
+    present = shown["source"].unique().to_list()
+    variants = shown["variant"].unique().to_list()
+    frame = shown.select(
         "source", "variant", "model", "cpu_accuracy", "gpu_accuracy", "accuracy_difference", "accuracy_parity"
     ).with_columns(pl.when(pl.col("accuracy_parity")).then(pl.lit("yes")).otherwise(pl.lit("no")).alias("agrees"))
     points = (
@@ -752,25 +752,25 @@ def _end_labels(frame: pl.DataFrame, x: str, y: str, keys: list[str]) -> pl.Data
 
 def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
     """CPU speedup against threads, with the Amdahl curve of the fits table (fitted once, by aggregation)."""
-    data = sweeps.filter(pl.col("parameter") == "threads")
+    shown = sweeps.filter(pl.col("parameter") == "threads")
     title = _title(
         "CPU thread sweep: speedup over the fewest threads",
         [
             "dashed: Amdahl's law fitted to the same points (epoch = a + b / threads)",
             "faded: torch threads plus loader workers outnumbered the logical cores",
-            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+            style.key(shown["variant"].unique().to_list()) if not shown.is_empty() else "",
         ],
-        data,
+        shown,
     )
-    if data.is_empty():
+    if shown.is_empty():
         return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
-    curves = _thread_curves(data, fits)
-    present = data["source"].unique().to_list()
-    variants = data["variant"].unique().to_list()
+    curves = _thread_curves(shown, fits)
+    present = shown["source"].unique().to_list()
+    variants = shown["variant"].unique().to_list()
     x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="CPU threads")
     y = alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads")
     points = (
-        alt.Chart(data)
+        alt.Chart(shown)
         .mark_point(filled=True, size=70)
         .encode(
             x=x,
@@ -803,7 +803,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                 tooltip=[alt.Tooltip("model:N", title="model"), alt.Tooltip("fit:N", title="Amdahl fit")],
             ),
         )
-    labels = _end_labels(data, "value", "speedup_vs_baseline", ["source", "model", "variant"])
+    labels = _end_labels(shown, "value", "speedup_vs_baseline", ["source", "model", "variant"])
     layers.append(
         alt.Chart(labels)
         .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
@@ -813,28 +813,28 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
 
 
 def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
-    data = sweeps.filter(pl.col("parameter") == "batch")
+    shown = sweeps.filter(pl.col("parameter") == "batch")
     title = _title(
         "GPU batch-size sweep: training images per second",
         [
             "where a line flattens, the GPU (or its input pipeline) is saturated",
-            style.key(data["variant"].unique().to_list()) if not data.is_empty() else "",
+            style.key(shown["variant"].unique().to_list()) if not shown.is_empty() else "",
         ],
-        data,
+        shown,
     )
-    if data.is_empty():
+    if shown.is_empty():
         return _empty(title, "No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).")
-    present = data["source"].unique().to_list()
-    variants = data["variant"].unique().to_list()
+    present = shown["source"].unique().to_list()
+    variants = shown["variant"].unique().to_list()
     x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="batch size")
     y = alt.Y(
         "images_per_second:Q",
-        scale=alt.Scale(type="log", domain=_log_domain(data["images_per_second"].to_list(), 1.3), nice=False),
+        scale=alt.Scale(type="log", domain=_log_domain(shown["images_per_second"].to_list(), 1.3), nice=False),
         axis=alt.Axis(format="~s"),
         title="images per second (training)",
     )
     lines = (
-        alt.Chart(data)
+        alt.Chart(shown)
         .mark_line(point=True)
         .encode(
             x=x,
@@ -852,7 +852,7 @@ def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
             ],
         )
     )
-    labels = _end_labels(data, "value", "images_per_second", ["source", "model", "variant"])
+    labels = _end_labels(shown, "value", "images_per_second", ["source", "model", "variant"])
     text = (
         alt.Chart(labels)
         .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
@@ -873,12 +873,12 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
         ],
         table,
     )
-    data = table.filter(pl.col("speedup").is_not_null())
-    if data.is_empty():
-        return _empty(title, "No data-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
-    counts = sorted({1, *data["world_size"].to_list()})
-    present = data["source"].unique().to_list()
-    variants = data["variant"].unique().to_list()
+    shown = table.filter(pl.col("speedup").is_not_null())
+    if shown.is_empty():
+        return _empty(title, "No shown-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
+    counts = sorted({1, *shown["world_size"].to_list()})
+    present = shown["source"].unique().to_list()
+    variants = shown["variant"].unique().to_list()
     x = alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)]))
     y = alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES))
     ideal = (
@@ -887,7 +887,7 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
         .encode(x=x, y=y)
     )
     points = (
-        alt.Chart(data)
+        alt.Chart(shown)
         .mark_line(point=True)
         .encode(
             x=x,
@@ -907,7 +907,7 @@ def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
             ],
         )
     )
-    labels = _end_labels(data, "world_size", "speedup", ["source", "model", "variant"])
+    labels = _end_labels(shown, "world_size", "speedup", ["source", "model", "variant"])
     text = (
         alt.Chart(labels)
         .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from gpuscale import costmodel, fsutil, paper, predict, words
 from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
+from gpuscale.settings import Params
 from gpuscale.tables import FIT_FLOPS, FIT_PARAMETERS, LOCAL_SOURCE, PAPER_SOURCE, TABLES, r2_by_fit, read_tables
 from gpuscale.tables import verdict as fit_verdict
 
@@ -954,16 +955,16 @@ def provenance(runs: pl.DataFrame, params_files: list[Path]) -> dict:
     }
 
 
-def _empty(spec: dict) -> str | None:
+def _empty(vl: dict) -> str | None:
     """The message of a chart the data do not allow (charts._empty), shown as a line instead of a chart."""
-    meta = spec.get("usermeta") or {}
+    meta = vl.get("usermeta") or {}
     return meta.get("message") if meta.get("empty") else None
 
 
 def render(
     tables: dict,
     chart_dir: Path,
-    config: dict,
+    params: Params | dict,
     params_files: list[Path],
     vega_bundle: str | None = None,
     out_dir: Path | None = None,
@@ -992,12 +993,13 @@ def render(
                 "message": empty or "",
             }
         )
-    tolerance = config["report"]["accuracy_tolerance"]
+    params = Params.of(params)
+    tolerance = params.report.accuracy_tolerance
     sources = {words.source_short(k): v for k, v in tables.get("sources", {}).items() if v}
     data_tables = {name: tables[name].write_csv() for name in TABLES}
     return template.render(
-        title=config["report"]["title"],
-        label=config["study"].get("label"),
+        title=params.report.title,
+        label=params.study.label,
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper,
         key=key_results(tables, pred),
@@ -1025,13 +1027,13 @@ def run(
     tables_dir: Path,
     chart_dir: Path,
     out: Path,
-    config: dict,
+    params: Params | dict,
     params_files: list[Path],
     predict_dir: Path | None = None,
 ) -> Path:
     """The page; with predict_dir (results/predict), its 'Predicted before measuring' section too."""
     pred = load_predictions(predict_dir)
-    html = render(read_tables(tables_dir), chart_dir, config, params_files, out_dir=Path(out).parent, pred=pred)
+    html = render(read_tables(tables_dir), chart_dir, params, params_files, out_dir=Path(out).parent, pred=pred)
     fsutil.write_text(out, html)
     log.info("report -> %s", out)
     return out

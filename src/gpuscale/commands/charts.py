@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params, needs_tables, writable
+from gpuscale.commands import load_params, load_typed, needs_tables, writable
 
 
 def add_arguments(parser) -> None:
@@ -29,6 +29,6 @@ def check(args) -> None:
 def run(args) -> int:
     from gpuscale import charts
 
-    config = load_params(args)
-    charts.run(Path(args.tables), Path(args.out), config["report"]["accuracy_tolerance"])
+    params = load_typed(args)
+    charts.run(Path(args.tables), Path(args.out), params.report.accuracy_tolerance)
     return 0

@@ -19,17 +19,17 @@ def run(args) -> int:
     import sys
 
     from gpuscale import costmodel, models, predict
-    from gpuscale.commands import load_params
+    from gpuscale.commands import load_typed
 
-    config = load_params(args)
+    params = load_typed(args)
     try:
         predict.run(
-            probe_paths(Path(args.probes), config["study"]["devices"]),
-            config["report"]["reference"],
+            probe_paths(Path(args.probes), params.study.devices),
+            list(params.report.reference),
             Path(args.out),
             list(models.MODEL_NAMES),
-            images=config["data"]["train_size"] or 50_000,
-            batch_size=config["train"]["batch_size"],
+            images=params.data.train_size or 50_000,
+            batch_size=params.train.batch_size,
             facts_path=Path(args.facts) if args.facts else None,
         )
     except costmodel.CostModelError as err:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import UsageError, load_params, needs_tables, params_files, writable
+from gpuscale.commands import UsageError, load_params, load_typed, needs_tables, params_files, writable
 
 
 def add_arguments(parser) -> None:
@@ -23,7 +23,7 @@ def errors() -> tuple:
 
 
 def check(args) -> None:
-    from gpuscale.charts import CHART_NAMES
+    from gpuscale.words import CHART_NAMES
 
     load_params(args)
     from gpuscale.tables import TABLES
@@ -44,7 +44,7 @@ def check(args) -> None:
 def run(args) -> int:
     from gpuscale import report
 
-    config = load_params(args)
+    params = load_typed(args)
     predict_dir = Path(args.predict) if args.predict else None
-    report.run(Path(args.tables), Path(args.charts), Path(args.out), config, params_files(args), predict_dir)
+    report.run(Path(args.tables), Path(args.charts), Path(args.out), params, params_files(args), predict_dir)
     return 0
