@@ -114,6 +114,27 @@ class Quality:
 
 
 @dataclass(frozen=True)
+class EnergyMeter:
+    """One meter's energy over the timed epochs (gpuscale.energy), or why it has none."""
+
+    available: bool
+    source: str
+    reason: str | None
+    joules_per_epoch: float | None
+    images_per_joule: float | None
+
+
+@dataclass(frozen=True)
+class Energy:
+    gpu: EnergyMeter
+    cpu: EnergyMeter
+
+    @classmethod
+    def from_dict(cls, value: dict) -> Energy:
+        return cls(gpu=EnergyMeter(**value["gpu"]), cpu=EnergyMeter(**value["cpu"]))
+
+
+@dataclass(frozen=True)
 class Environment:
     """The host and software a run measured on (gpuscale.envinfo.capture); more keys may follow these."""
 
@@ -142,7 +163,14 @@ def _checked(cls, value: dict | None, open_ended: bool = False) -> dict | None:
 
 
 # The sections of a record that are frozen dataclasses (the schema test walks these).
-SECTIONS = {"key": Key, "timing": Timing, "phase_profile": PhaseProfile, "quality": Quality, "environment": Environment}
+SECTIONS = {
+    "key": Key,
+    "timing": Timing,
+    "phase_profile": PhaseProfile,
+    "quality": Quality,
+    "environment": Environment,
+    "energy": Energy,
+}
 
 
 def key_of(settings: dict) -> dict:
@@ -193,7 +221,7 @@ def measured(
         "timing": _checked(Timing, timing),
         "epochs": [_checked(Epoch, e) for e in epochs],
         "phase_profile": _checked(PhaseProfile, phase_profile),
-        "energy": energy,
+        "energy": None if energy is None else dataclasses.asdict(Energy.from_dict(energy)),
         "variant": variant,
         "quality": dataclasses.asdict(Quality.of(epochs)),
         "distributed": distributed,
