@@ -10,7 +10,11 @@ import pytest
 from conftest import REPO, TINY, copy_project, run, tool_env, write_yaml
 
 RULES = sorted((REPO / "workflow/rules").glob("*.smk"))
-UNQUOTED_OK = {"params.params_args", "threads"}  # quoted where built (common.smk) / an integer
+UNQUOTED_OK = {
+    "params.params_args",
+    "threads",
+    "params.only",
+}  # quoted where built (common.smk) / an integer / a flag the rule picks, never user text
 
 
 def shell_fields(text: str) -> list[str]:
