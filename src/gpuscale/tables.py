@@ -21,7 +21,17 @@ TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sam
 NOTES = "notes.json"
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
-KEY_COLUMNS = ["source", "model", "device", "variant", "seed", "sweep_parameter", "sweep_value"]
+# The columns that name one run (a source's record key); every per-run table starts with them.
+KEY_SCHEMA = {
+    "source": pl.String,
+    "model": pl.String,
+    "device": pl.String,
+    "variant": pl.String,
+    "seed": pl.Int64,
+    "sweep_parameter": pl.String,
+    "sweep_value": pl.Int64,
+}
+KEY_COLUMNS = list(KEY_SCHEMA)
 
 
 class Fit(enum.StrEnum):
@@ -42,13 +52,7 @@ FIT_LABELS = {
 
 
 RUN_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
+    **KEY_SCHEMA,
     "status": pl.String,
     "not_measured_reason": pl.String,
     "label": pl.String,
@@ -100,13 +104,7 @@ RUN_SCHEMA = {
 
 
 EPOCH_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
+    **KEY_SCHEMA,
     "epoch": pl.Int64,
     "warmup": pl.Boolean,
     "train_seconds": pl.Float64,
@@ -121,13 +119,7 @@ EPOCH_SCHEMA = {
 
 
 PHASE_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
+    **KEY_SCHEMA,
     "phase": pl.String,
     "seconds_per_step": pl.Float64,
     "fraction": pl.Float64,
@@ -138,13 +130,7 @@ PHASE_SCHEMA = {
 
 
 SAMPLING_SCHEMA = {
-    "source": pl.String,
-    "model": pl.String,
-    "device": pl.String,
-    "variant": pl.String,
-    "seed": pl.Int64,
-    "sweep_parameter": pl.String,
-    "sweep_value": pl.Int64,
+    **KEY_SCHEMA,
     "sampled_steps": pl.Int64,
     "warmup_steps": pl.Int64,
     "steps_per_epoch": pl.Int64,
