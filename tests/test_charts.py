@@ -150,3 +150,36 @@ def test_a_source_keeps_its_colour_and_no_chart_shows_a_column_name(tmp_path):
         by_source.setdefault(source, set()).add(colour)
     assert by_source and all(len(c) == 1 for c in by_source.values())
     assert by_source["this host"] != by_source["paper: RTX 3050 vs i9-14900K"]
+
+
+def test_direct_labels_never_overlap_at_any_width_their_placement_is_drawn_at():
+    # 40 points crowded on a diagonal and in one clump: some labels must give way, none may overlap
+    points = [(10 ** (6 + i / 10), 2 ** (i / 8), f"model_{i}") for i in range(30)]
+    points += [(1e8 * (1 + i / 50), 5.0 * (1 + i / 50), f"clumped_{i}") for i in range(10)]
+    plot = charts.Plot((1e5, 1e10), (0.5, 50.0), charts.HEIGHT)
+    for widths in zip(charts.LABEL_WIDTHS, charts.LABEL_WIDTHS[1:], strict=False):
+        placed = charts.place_labels(points, plot, widths)
+        boxes = [
+            charts._label_box(plot.share(x), plot.row(y), text, p[1], p[0])
+            for (x, y, text), p in zip(points, placed, strict=True)
+            if p is not None
+        ]
+        assert 0 < len(boxes) < len(points)
+        assert all(
+            0 <= b.left(widths[0]) <= widths[0] - b.width and 0 <= b.top < b.bottom <= plot.height for b in boxes
+        )
+        for width in (widths[0], (widths[0] + widths[1]) / 2, widths[1]):
+            spans = [(b.left(width), b.top, b.left(width) + b.width, b.bottom) for b in boxes]
+            for i, a in enumerate(spans):
+                for b in spans[i + 1 :]:
+                    assert min(a[2], b[2]) <= max(a[0], b[0]) or min(a[3], b[3]) <= max(a[1], b[1]), (width, a, b)
+
+
+def test_labels_facing_each_other_are_apart_only_if_they_never_cross_as_the_plot_widens():
+    # a label right of a point at 40% of the width, one left of a point at 42%: they pass each other at 100 px wide
+    # (2 px between the points) and overlap at 1000 px (20 px between the points, each label 7 px from its point)
+    right = charts._label_box(0.40, 100.0, "x" * 8, left=False, dy=0)
+    left = charts._label_box(0.42, 100.0, "y" * 8, left=True, dy=0)
+    assert right.apart(left, (100, 100))
+    assert not right.apart(left, (100, 1000)) and not left.apart(right, (100, 1000))
+    assert right.apart(charts._label_box(0.42, 100.0 + charts.LABEL_HEIGHT, "y" * 8, True, 0), (100, 1000))

@@ -404,6 +404,28 @@ PAGE_FACTS = r"""() => {
 }"""
 
 
+LABELLED_CHARTS = ("speedup_vs_flops", "speedup_vs_parameters", "amdahl")
+LABEL_BOXES = r"""names => Object.fromEntries(names.map(name => {
+  const chart = document.getElementById('chart-' + name);
+  const texts = chart ? [...chart.querySelectorAll('g.mark-text.role-mark text')] : [];
+  return [name, texts.filter(t => t.textContent.trim() && t.getClientRects().length).map(t => {
+    const r = t.getBoundingClientRect();
+    return [t.textContent, r.left, r.top, r.right, r.bottom];
+  })];
+}))"""
+
+
+def _label_collisions(boxes: dict) -> list[str]:
+    """Pairs of direct labels whose rendered text boxes overlap (by more than half a pixel either way)."""
+    found = []
+    for name, labels in boxes.items():
+        for i, (a, *p) in enumerate(labels):
+            for b, *q in labels[i + 1 :]:
+                if min(p[2], q[2]) - max(p[0], q[0]) > 0.5 and min(p[3], q[3]) - max(p[1], q[1]) > 0.5:
+                    found.append(f"{name}: {a!r} {[round(v) for v in p]} overlaps {b!r} {[round(v) for v in q]}")
+    return found
+
+
 def _column_names(tables_dir: Path) -> set[str]:
     tables = aggregate.read_tables(tables_dir)
     return {c for name in aggregate.TABLES for c in tables[name].columns if "_" in c}
@@ -428,6 +450,7 @@ def _check_in_chromium(folder: Path, tag: str) -> dict:
                 "() => [...document.querySelectorAll('div.vega')].every(d => d.querySelector('svg'))", timeout=60_000
             )
             facts[screen] = page.evaluate(PAGE_FACTS)
+            facts[screen]["labels"] = page.evaluate(LABEL_BOXES, list(LABELLED_CHARTS))
             facts[screen]["pwned"] = page.evaluate("() => window.__pwned !== undefined")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"report-{tag}-{screen}.png"))
@@ -450,6 +473,7 @@ def _check_in_chromium(folder: Path, tag: str) -> dict:
             problems.append(f"{screen}: text below WCAG AA contrast (4.5:1): {f['lowContrast']}")
         if f["small"]:
             problems.append(f"{screen}: text under 11 px: {f['small'][:5]}")
+        problems += [f"{screen}: {c}" for c in _label_collisions(f["labels"])]
         if not all(count > 0 for _, count in f["charts"]):
             problems.append(f"{screen}: empty charts {f['charts']}")
     assert problems == []
@@ -460,6 +484,9 @@ def _assert_reads_first(facts: dict, folder: Path) -> None:
     wide = facts["wide"]
     assert wide["keyBottom"] <= SCREENS["wide"][1], "the key results do not fit the first screen"
     assert wide["height"] <= MAX_SCREENS_WIDE * SCREENS["wide"][1], wide["height"]
+    for name in ("speedup_vs_flops", "speedup_vs_parameters"):  # labels kept apart, not dropped wholesale
+        shown = {text for text, *_ in wide["labels"][name]}
+        assert {"simplecnn", "resnet18", "resnet50"} <= shown, (name, shown)
     speedup = aggregate.read_tables(folder / "tables")["speedup"]
     for model in speedup.filter(pl.col("speedup").is_not_null())["model"].unique().to_list():
         assert re.search(rf"\b{re.escape(model)} [\d.]+×", wide["keyText"]), model

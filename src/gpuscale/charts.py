@@ -147,44 +147,132 @@ def _log_domain(values, pad: float = 1.35) -> list[float]:
     return [min(vals) / pad, max(vals) * pad]
 
 
-def _label_positions(points: list[dict], x: str, y: str, xdomain, ydomain, width=700, height=HEIGHT) -> list[tuple]:
-    """(y value, left?) of each point's direct label (log axes), so labels collide less and stay inside the plot:
-    each label takes the first free slot beside, above or below its point, to its left near the right edge, in the
-    pixels of a chart of about this size."""
-    placed, out = [], []
-    lx = [math.log(v) for v in xdomain]
-    ly = [math.log(v) for v in ydomain]
-    per_pixel = (ly[1] - ly[0]) / height
-    for p in points:
-        px = (math.log(p[x]) - lx[0]) / (lx[1] - lx[0] or 1) * width
-        py = height - (math.log(p[y]) - ly[0]) / (ly[1] - ly[0] or 1) * height
-        w = 6.5 * len(str(p["model"]))
-        left = px + 7 + w > width
-        x0 = px - 7 - w if left else px + 7
-        for dy in (0, -13, 13, -26, 26, -39, 39):
-            box = (x0, py + dy - 6, x0 + w, py + dy + 6)
-            if all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed):
+# The direct labels' geometry, in the plot's pixels. Text is 11 px; a wide sans-serif (DejaVu Sans, Chromium's
+# fallback on Linux) averages under 0.64 em per character of a model name, and its line box is under 14 px.
+LABEL_FONT_SIZE = 11
+LABEL_CHAR_WIDTH = 0.64 * LABEL_FONT_SIZE
+LABEL_HEIGHT = 14
+LABEL_GAP = 7  # between a point's centre and its label
+POINT_HALF = 5  # half the side of a point marker (size 80)
+# Plot widths (px) a placement is made for: each holds from its width up to the next one, the last up to a width no
+# report column reaches; Vega's `width` signal picks the placement drawn, so a phone and a wide screen both get one.
+LABEL_WIDTHS = (160, 260, 380, 560, 800, 1100, 4000)
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A log-log plot's pixel space at any width: a point's x is its share of the width, its y a pixel row."""
+
+    xdomain: tuple[float, float]
+    ydomain: tuple[float, float]
+    height: float
+
+    def share(self, x: float) -> float:
+        lx = [math.log(v) for v in self.xdomain]
+        return (math.log(x) - lx[0]) / (lx[1] - lx[0] or 1)
+
+    def row(self, y: float) -> float:
+        ly = [math.log(v) for v in self.ydomain]
+        return self.height - (math.log(y) - ly[0]) / (ly[1] - ly[0] or 1) * self.height
+
+    def y_at(self, y: float, dy: float) -> float:
+        """The value dy pixels below the value y."""
+        ly = [math.log(v) for v in self.ydomain]
+        return float(y * math.exp(-dy * (ly[1] - ly[0]) / self.height))
+
+
+@dataclass(frozen=True)
+class Box:
+    """A box whose left edge is at share * width + offset px: it moves with the plot's width; its rows do not."""
+
+    share: float
+    offset: float
+    width: float
+    top: float
+    bottom: float
+
+    def left(self, plot_width: float) -> float:
+        return self.share * plot_width + self.offset
+
+    def apart(self, other: Box, widths: tuple[float, float]) -> bool:
+        """Clear of the other box at every plot width between the two given: one above the other, or one on the
+        same side of the other at both ends (the edges move linearly with the width, so then at all between)."""
+        if self.bottom <= other.top or other.bottom <= self.top:
+            return True
+        right = [self.left(w) >= other.left(w) + other.width for w in widths]
+        left = [self.left(w) + self.width <= other.left(w) for w in widths]
+        return all(right) or all(left)
+
+
+def _label_box(share: float, row: float, text: str, left: bool, dy: float) -> Box:
+    w = LABEL_CHAR_WIDTH * len(text)
+    offset = -LABEL_GAP - w if left else LABEL_GAP
+    return Box(share, offset, w, row + dy - LABEL_HEIGHT / 2, row + dy + LABEL_HEIGHT / 2)
+
+
+def place_labels(points: list[tuple[float, float, str]], plot: Plot, widths: tuple[float, float]) -> list:
+    """Greedy: each label, in the order given (most important first), takes the first free slot beside its point
+    (right, left, then a line above or below), inside the plot and clear of every point and every label placed
+    before it, at every plot width in `widths`; (dy in pixels, left?) or None where there is no room (the point's
+    tooltip still names it)."""
+    where = [(plot.share(x), plot.row(y)) for x, y, _ in points]
+    taken = [Box(s, -POINT_HALF, 2 * POINT_HALF, r - POINT_HALF, r + POINT_HALF) for s, r in where]
+    out = []
+    for (share, row), (_, _, text) in zip(where, points, strict=True):
+        found = None
+        for dy, left in ((dy, left) for dy in (0, -LABEL_HEIGHT, LABEL_HEIGHT) for left in (False, True)):
+            box = _label_box(share, row, text, left, dy)
+            inside = box.left(widths[0]) >= 0 and box.left(widths[0]) + box.width <= widths[0]
+            inside = inside and box.top >= 0 and box.bottom <= plot.height
+            if inside and all(box.apart(other, widths) for other in taken):
+                found = (dy, left)
+                taken.append(box)
                 break
-        placed.append(box)
-        out.append((float(p[y] * math.exp(-dy * per_pixel)), left))
+        out.append(found)
     return out
 
 
-def _labels(frame: pl.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
-    """Direct labels at label_y: right of their point, or left of it where label_left says so."""
-    base = alt.Chart(frame).encode(x=x, y=_same_axis(y, "label_y"), text="model:N")
-    return [
-        base.transform_filter("!datum.label_left").mark_text(dx=7, align="left", fontSize=11, color="#333"),
-        base.transform_filter("datum.label_left").mark_text(dx=-7, align="right", fontSize=11, color="#333"),
-    ]
+def label_rows(frame: pl.DataFrame, x: str, y: str, xdomain, ydomain, height=HEIGHT) -> pl.DataFrame:
+    """The direct labels of `frame`'s points (its rows in order of importance), placed once per range of plot widths
+    of LABEL_WIDTHS: x, label_y, label_left and the widths [label_from, label_to) each placement is drawn at."""
+    points = [(row[x], row[y], str(row["model"])) for row in frame.iter_rows(named=True)]
+    plot = Plot(tuple(xdomain), tuple(ydomain), height)
+    rows = []
+    for low, high in zip(LABEL_WIDTHS, LABEL_WIDTHS[1:], strict=False):
+        drawn = (0 if low == LABEL_WIDTHS[0] else low, high)
+        for (xv, yv, model), placed in zip(points, place_labels(points, plot, (low, high)), strict=True):
+            if placed is not None:
+                rows.append(
+                    {x: xv, "label_y": plot.y_at(yv, placed[0]), "label_left": placed[1], "model": model}
+                    | {"label_from": float(drawn[0]), "label_to": float(drawn[1])}
+                )
+    schema = {x: pl.Float64, "label_y": pl.Float64, "label_left": pl.Boolean, "model": pl.String}
+    return pl.DataFrame(rows, schema=schema | {"label_from": pl.Float64, "label_to": pl.Float64})
 
 
-def _with_labels(frame: pl.DataFrame, x: str, y: str, xdomain, ydomain, height=HEIGHT) -> pl.DataFrame:
-    placed = _label_positions(frame.to_dicts(), x, y, xdomain, ydomain, height=height)
-    return frame.with_columns(
-        pl.Series("label_y", [p[0] for p in placed], dtype=pl.Float64),
-        pl.Series("label_left", [p[1] for p in placed], dtype=pl.Boolean),
+def _by_importance(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Points in the order their labels are placed: the paper's, then the paper's models elsewhere, then by size."""
+    paper_models = paper_frame()["model"].to_list()
+    return frame.sort(
+        pl.col("source") != PAPER_SOURCE,
+        ~pl.col("model").is_in(paper_models),
+        pl.col("variant") != "paper",
+        pl.col(column),
     )
+
+
+def _labels(rows: pl.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
+    """Direct labels at label_y, right of their point or left of it, those placed for the plot's width."""
+    base = (
+        alt.Chart(rows)
+        .encode(x=x, y=_same_axis(y, "label_y"), text="model:N")
+        .transform_filter("width >= datum.label_from && width < datum.label_to")
+    )
+    text = {"fontSize": LABEL_FONT_SIZE, "color": "#333"}
+    return [
+        base.transform_filter("!datum.label_left").mark_text(dx=LABEL_GAP, align="left", **text),
+        base.transform_filter("datum.label_left").mark_text(dx=-LABEL_GAP, align="right", **text),
+    ]
 
 
 def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
@@ -352,15 +440,14 @@ def speedup_vs_size(
     measured = measured.sort(column)
     present = measured["source"].unique().to_list()
     variants = measured["variant"].unique().to_list()
-    measured = _with_labels(measured, column, "speedup", xdomain, ydomain).with_columns(
-        _mapped(measured, "source", words.source_short).alias("source_words"),
-    )
+    measured = measured.with_columns(_mapped(measured, "source", words.source_short).alias("source_words"))
+    labels = label_rows(_by_importance(measured, column), column, "speedup", xdomain, ydomain)
     points = (
         alt.Chart(measured)
         .mark_point(filled=True, size=80, opacity=0.9)
         .encode(x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=_size_tooltip(column))
     )
-    layers = [*_size_lines(measured, lines, x, y, style, present, variants), points, *_labels(measured, x, y)]
+    layers = [*_size_lines(measured, lines, x, y, style, present, variants), points, *_labels(labels, x, y)]
     return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
 
 
@@ -407,9 +494,8 @@ def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, presen
     layers = []
     marks_frame = pl.DataFrame(marks).sort("N")
     xdomain = [1.0, 1e4]
-    clamped = marks_frame.with_columns(pl.col("N").clip(1.0, 1e4))
-    placed = _with_labels(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
-    marks_frame = pl.concat([marks_frame, placed.select("label_y", "label_left")], how="horizontal")
+    clamped = _by_importance(marks_frame.with_columns(pl.col("N").clip(*xdomain)), "N")
+    labels = label_rows(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
     for filled in (True, False):
         subset = marks_frame.filter(pl.col("k_known") == filled)
         if subset.is_empty():
@@ -430,7 +516,7 @@ def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, presen
                 ],
             )
         )
-    return layers + _labels(marks_frame, x, y)
+    return layers + _labels(labels, x, y)
 
 
 def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
