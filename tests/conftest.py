@@ -139,3 +139,42 @@ def cifar_archive(path: Path, per_batch: int = 20, seed: int = 0) -> tuple[Path,
                 all_images.append(planes.transpose(0, 2, 3, 1))
                 all_labels.append(labels.astype(np.int64))
     return path, np.concatenate(all_images), np.concatenate(all_labels)
+
+
+# What config/quick.yaml's settings cannot keep on data a test builds: the subset is smaller than the preset's
+# 5,000/1,000 images (the archive holds 200/40), the batch smaller so an epoch still has several steps, and the
+# phase profile shorter (its 50 instrumented steps would cost more than the training).
+QUICK_ON_TINY_DATA = {
+    "data": {"source": "cifar10", "train_size": 100, "test_size": 40},
+    "train": {"batch_size": 25, "eval_batch_size": 40, "phase_profile_steps": 4},
+}
+
+
+@pytest.fixture(scope="session")
+def quick_preset(tmp_path_factory) -> Path:
+    """The quick preset's pipeline run for real, once per session, on a tiny CIFAR-10-format archive: gpuscale data,
+    train (every model of the study, the preset's CPU only, 1 epoch), aggregate (beside the shipped reference study),
+    charts, report, with config/quick.yaml over params.yaml. The folder holds tables/, charts/ and index.html (and
+    the records under results/runs/, which the page links to)."""
+    from gpuscale import fsutil
+
+    work = tmp_path_factory.mktemp("quick-preset")
+    archive, _, _ = cifar_archive(work / "cifar-10-binary.tar.gz", per_batch=40)
+    quick = yaml.safe_load((REPO / "config/quick.yaml").read_text())
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    overlay = {
+        **QUICK_ON_TINY_DATA,
+        "data": {**QUICK_ON_TINY_DATA["data"], "path": str(archive), "md5": fsutil.md5_file(archive)},
+    }
+    (work / "reference").symlink_to(REPO / "reference")  # report.reference's folders, relative as params want them
+    files = [REPO / "params.yaml", REPO / "config/quick.yaml", write_yaml(work / "tiny-data.yaml", overlay)]
+    args = [arg for path in files for arg in ("--params", str(path))]
+    gpuscale = [str(BIN / "gpuscale")]
+    run([*gpuscale, "data", *args], work)
+    for model in base["study"]["models"]:
+        for device in quick["study"]["devices"]:
+            run([*gpuscale, "train", *args, "--model", model, "--device", device, "--threads", "2"], work)
+    run([*gpuscale, "aggregate", *args, "--out", "tables", "--metrics", "metrics.json"], work)
+    run([*gpuscale, "charts", *args, "--tables", "tables", "--out", "charts"], work)
+    run([*gpuscale, "report", *args, "--tables", "tables", "--charts", "charts", "--out", "index.html"], work)
+    return work

@@ -86,19 +86,11 @@ def built(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory) -> Path:
-    """What the quick preset gives a user without a GPU: this host's CPU runs, 1 epoch on a 5,000-image subset,
-    beside the reference study (report.reference's default)."""
-    tmp = tmp_path_factory.mktemp("quick")
-    paths = []
-    for model, seconds in (("simplecnn", 2.5), ("resnet18", 9.0), ("resnet50", 21.0)):
-        rec = records.make(model, "cpu", [seconds], accuracy=0.3, label="hand-written quick-preset record")
-        rec["data"]["train_images"] = 5000
-        rec["epochs"][0]["train_images"] = 5000
-        rec["timing"]["train_images_per_second"] = 5000 / seconds
-        paths.append(records.write(tmp / "runs", rec))
-        paths.append(records.write(tmp / "runs", records.make(model, "cuda", [1.0], status="not_measured")))
-    return _build(tmp, paths, [str(REFERENCE.relative_to(REPO))])
+def quick(quick_preset) -> Path:
+    """What the quick preset gives a user without a GPU: this host's CPU runs from real `gpuscale train` runs with
+    config/quick.yaml (1 epoch, CPU only) on tiny CIFAR-10-format data, beside the reference study (report.reference's
+    default), through the real aggregate, charts and report commands (conftest.quick_preset, run once a session)."""
+    return quick_preset
 
 
 @pytest.fixture(scope="module")
