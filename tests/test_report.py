@@ -396,6 +396,10 @@ PAGE_FACTS = r"""() => {
 }"""
 
 
+DOWNLOADS = r"""() => [...document.querySelectorAll('button.csv')].map(b => {
+  const blob = document.getElementById(b.dataset.csv);
+  return [b.dataset.file, blob ? JSON.parse(blob.textContent) : null];
+})"""
 LABELLED_CHARTS = ("speedup_vs_flops", "speedup_vs_parameters", "amdahl")
 LABEL_BOXES = r"""names => Object.fromEntries(names.map(name => {
   const chart = document.getElementById('chart-' + name);
@@ -447,7 +451,8 @@ def _check_in_chromium(folder: Path, tag: str) -> dict:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"report-{tag}-{screen}.png"))
             page.screenshot(path=str(ARTIFACTS / f"report-{tag}-{screen}-full.png"), full_page=True)
-            if screen == "wide":  # a table downloads as CSV built in the page
+            if screen == "wide":  # a table downloads as CSV built in the page; every button finds its CSV
+                facts["downloads"] = page.evaluate(DOWNLOADS)
                 with page.expect_download() as download:
                     page.click("#table .csv")
                 facts["csv"] = Path(download.value.path()).read_text()
@@ -486,6 +491,26 @@ def _assert_reads_first(facts: dict, folder: Path) -> None:
     models = set(aggregate.read_tables(folder / "tables")["runs"]["model"].to_list())
     assert (visible & _column_names(folder / "tables")) - models == set()
     assert facts["csv"].splitlines()[0].startswith("source,variant,model")
+    _assert_every_download_works(facts["downloads"], folder)
+
+
+def _assert_every_download_works(downloads: list, folder: Path) -> None:
+    """Each CSV button finds its CSV; the full tables' are the tables as aggregated, byte for byte."""
+    assert downloads and all(text for _, text in downloads), [f for f, text in downloads if not text]
+    tables = aggregate.read_tables(folder / "tables")
+    got = {f: text for f, text in downloads}
+    for name in aggregate.TABLES:
+        assert got[f"{name}.csv"] == tables[name].write_csv(), name
+
+
+def test_the_reference_report_embeds_nothing_twice_and_stays_under_2_mib(study):
+    html = (study / "index.html").read_text()
+    assert len(html.encode()) < 2 * 1024**2, len(html.encode())
+    blocks = re.findall(r'<script type="application/json" id="([^"]+)">(.*?)</script>', html, flags=re.S)
+    seen = {}
+    for block_id, text in blocks:
+        assert text not in seen, f"{block_id} repeats {seen[text]}"
+        seen[text] = block_id
 
 
 @pytest.mark.e2e

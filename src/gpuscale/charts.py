@@ -474,8 +474,7 @@ def _amdahl_curves(speedup: pl.DataFrame, fits: pl.DataFrame) -> tuple[list[dict
             series = f"{fit['source']} / {fit['variant']}"
             key = {"source": fit["source"], "variant": fit["variant"], "series": series, "model": row["model"], "P": p}
             group = f"{fit['source']} / {fit['variant']} / {row['model']}"
-            for n in np.geomspace(1, 1e4, 60):
-                curves.append({**key, "group": group, "N": float(n), "S": float(analysis.amdahl_speedup(p, n))})
+            curves.append({**key, "group": group})  # drawn by the page (amdahl_curve_points)
             marks.append(
                 {
                     **key,
@@ -489,11 +488,27 @@ def _amdahl_curves(speedup: pl.DataFrame, fits: pl.DataFrame) -> tuple[list[dict
     return curves, marks
 
 
+AMDAHL_N = (1.0, 1e4)  # the N axis: one unit to ten thousand
+AMDAHL_POINTS = 60  # points per curve, evenly spaced on the log axis
+
+
+def amdahl_curve_points(chart: alt.Chart) -> alt.Chart:
+    """Each curve's points, computed in the page from its P (a row per curve embedded, not 60): the same
+    S(N) = 1 / ((1 − P) + P / N) as analysis.amdahl_speedup, at AMDAHL_POINTS values of N spaced evenly in log."""
+    lo, hi = (math.log10(v) for v in AMDAHL_N)
+    return (
+        chart.transform_calculate(step=f"sequence(0, {AMDAHL_POINTS})")
+        .transform_flatten(["step"])
+        .transform_calculate(N=f"pow(10, {lo} + ({hi} - {lo}) * datum.step / {AMDAHL_POINTS - 1})")
+        .transform_calculate(S="1 / ((1 - datum.P) + datum.P / datum.N)")
+    )
+
+
 def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, present, variants, tooltip) -> list:
     """The measured speedups (filled where k is determined, hollow where not) and their labels."""
     layers = []
     marks_frame = pl.DataFrame(marks).sort("N")
-    xdomain = [1.0, 1e4]
+    xdomain = list(AMDAHL_N)
     clamped = _by_importance(marks_frame.with_columns(pl.col("N").clip(*xdomain)), "N")
     labels = label_rows(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
     for filled in (True, False):
@@ -533,12 +548,13 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
     )
     if not curves:
         return _empty(title, "No Amdahl fit yet: it needs 3 or more models measured on both devices in one source.")
-    ydomain = _log_domain([c["S"] for c in curves] + [m["S"] for m in marks], 1.2)
+    ends = [float(s) for c in curves for s in analysis.amdahl_speedup(c["P"], AMDAHL_N)]  # S rises with N
+    ydomain = _log_domain(ends + [m["S"] for m in marks], 1.2)
     present = {c["source"] for c in curves}
     variants = {c["variant"] for c in curves}
     x = alt.X(
         "N:Q",
-        scale=alt.Scale(type="log", domain=[1, 1e4], nice=False),
+        scale=alt.Scale(type="log", domain=list(AMDAHL_N), nice=False),
         axis=alt.Axis(format="~s"),
         title="N, effective units (N = k · P)",
     )
@@ -555,7 +571,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         alt.Tooltip("P:Q", format=".4f", title="parallel share P"),
     ]
     line = (
-        alt.Chart(pl.DataFrame(curves))
+        amdahl_curve_points(alt.Chart(pl.DataFrame(curves)))
         .mark_line(strokeWidth=1.2, opacity=0.7)
         .encode(
             x=x, y=y, color=style.colour(present), strokeDash=style.dash(variants), detail="group:N", tooltip=tooltip

@@ -961,6 +961,39 @@ def _empty(vl: dict) -> str | None:
     return meta.get("message") if meta.get("empty") else None
 
 
+def _figures(specs: dict[str, dict]) -> dict[str, list[dict]]:
+    """The charts for the template, by section: title, spec (as script JSON), help, or why there is none."""
+    figures = {}
+    for name in words.CHART_NAMES:
+        spec = specs[name]
+        empty = _empty(spec)
+        figures.setdefault(SECTIONS[name], []).append(
+            {
+                "name": name,
+                "title": words.chart_title(spec),
+                "spec": Markup(words.script_json(spec)),
+                "help": CHART_HELP[name],
+                "empty": empty is not None,
+                "message": empty or "",
+            }
+        )
+    return figures
+
+
+class CsvBlobs:
+    """Each distinct CSV the page offers, embedded once, under an id its download buttons name: a table shown in a
+    section and the same table among 'All tables as CSV' share one copy."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+
+    def ref(self, text: str) -> str:
+        return self.ids.setdefault(text, f"csv-{len(self.ids)}")
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(blob_id, text) for text, blob_id in self.ids.items()]
+
+
 def render(
     tables: dict,
     chart_dir: Path,
@@ -979,20 +1012,7 @@ def render(
         undefined=jinja2.StrictUndefined,
     )
     template = env.get_template("report.html.j2")
-    figures = {}
-    for name in words.CHART_NAMES:
-        spec = specs[name]
-        empty = _empty(spec)
-        figures.setdefault(SECTIONS[name], []).append(
-            {
-                "name": name,
-                "title": words.chart_title(spec),
-                "spec": Markup(words.script_json(spec)),
-                "help": CHART_HELP[name],
-                "empty": empty is not None,
-                "message": empty or "",
-            }
-        )
+    figures = _figures(specs)
     params = Params.of(params)
     tolerance = params.report.accuracy_tolerance
     sources = {words.source_short(k): v for k, v in tables.get("sources", {}).items() if v}
@@ -1017,7 +1037,8 @@ def render(
         environments=environments(tables["runs"]),
         provenance=provenance(tables["runs"], params_files),
         sources=sources,
-        data_tables=[{"name": n, "csv": Markup(words.script_json(t))} for n, t in data_tables.items()],
+        data_tables=[{"name": n, "csv": t} for n, t in data_tables.items()],
+        csv_blobs=CsvBlobs(),
         script_json=lambda value: Markup(words.script_json(value)),
         vega_bundle=Markup((vega_bundle or vl_convert.javascript_bundle()).replace("</script", "<\\/script")),
     )
