@@ -183,3 +183,28 @@ def test_labels_facing_each_other_are_apart_only_if_they_never_cross_as_the_plot
     assert right.apart(left, (100, 100))
     assert not right.apart(left, (100, 1000)) and not left.apart(right, (100, 1000))
     assert right.apart(charts._label_box(0.42, 100.0 + charts.LABEL_HEIGHT, "y" * 8, True, 0), (100, 1000))
+
+
+def test_every_sweep_chart_is_drawn_by_one_builder_with_end_labels(tmp_path):
+    paths = records.study(tmp_path / "runs", SPEEDUPS, CPU)
+    aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
+    tables = aggregate.read_tables(tmp_path / "t")
+    rows = [
+        {"source": "this host", "model": model, "variant": "paper", "device": f"cuda-ddp{n}", "base_device": "cuda"}
+        | {"world_size": n, "global_batch_size": 128 * n, "epoch_seconds": 10.0 / n, "base_epoch_seconds": 10.0}
+        | {"speedup": n * 0.9, "efficiency": 0.9, "extrapolated": False}
+        for model in ("resnet18", "resnet50")
+        for n in (2, 4)
+    ]
+    tables["scaling"] = pl.DataFrame(rows, schema=tables["scaling"].schema)
+    spec = charts.build(tables, 0.02)["scaling"].to_dict()
+    ideal, lines, text = spec["layer"]
+    assert [(r["world_size"], r["speedup"]) for r in spec["datasets"][ideal["data"]["name"]]] == [
+        (1, 1),
+        (2, 2),
+        (4, 4),
+    ]
+    assert lines["mark"] == {"type": "line", "point": True} and lines["encoding"]["detail"]["field"] == "model"
+    ends = spec["datasets"][text["data"]["name"]]
+    assert sorted((r["model"], r["world_size"]) for r in ends) == [("resnet18", 4), ("resnet50", 4)]
+    assert spec["description"] == "Data-parallel scaling"

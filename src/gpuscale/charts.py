@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -852,50 +853,133 @@ def _end_labels(frame: pl.DataFrame, x: str, y: str, keys: list[str]) -> pl.Data
     return frame.sort(x).group_by(keys, maintain_order=True).last()
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """One kind of sweep chart (threads, batch size, processes): what it says and how it draws; sweep_chart draws
+    them all alike (a colour per source, a line or marker per model and variant, each labelled at its end)."""
+
+    title: str
+    notes: tuple[str, ...]  # subtitle lines, before the variant key
+    empty: str  # what the chart says where nothing was swept
+    description: str
+    axes: Callable[[pl.DataFrame], tuple[alt.X, alt.Y]]  # from the rows shown (some domains follow the data)
+    tooltip: tuple[alt.Tooltip, ...]
+    joined: bool = True  # a line through each model's points; False: markers alone (a fitted curve joins them)
+    faded: str | None = None  # markers alone: a Vega expression true where a marker is drawn faded
+
+
+def sweep_chart(sweep: Sweep, frame: pl.DataFrame, shown: pl.DataFrame, style: Style, under=None) -> alt.Chart:
+    """A sweep chart of `shown` (the rows that can be drawn, out of `frame`, whose flags the title states), with the
+    layers `under(shown, x, y, present)` gives (fitted or ideal curves) beneath the data."""
+    lines = [*sweep.notes, style.key(frame["variant"].unique().to_list()) if not frame.is_empty() else ""]
+    title = _title(sweep.title, lines, frame)
+    if shown.is_empty():
+        return _empty(title, sweep.empty)
+    present = shown["source"].unique().to_list()
+    variants = shown["variant"].unique().to_list()
+    x, y = sweep.axes(shown)
+    if sweep.joined:
+        marks = alt.Chart(shown).mark_line(point=True).encode(strokeDash=style.dash(variants), detail="model:N")
+    else:
+        faded = alt.condition(sweep.faded, alt.value(0.35), alt.value(1.0)) if sweep.faded else alt.Undefined
+        marks = alt.Chart(shown).mark_point(filled=True, size=70).encode(shape=style.shape(variants), opacity=faded)
+    marks = marks.encode(x=x, y=y, color=style.colour(present), tooltip=list(sweep.tooltip))
+    ends = _end_labels(shown, x.to_dict()["field"], y.to_dict()["field"], ["source", "model", "variant"])
+    text = (
+        alt.Chart(ends)
+        .mark_text(dx=-6, dy=-9, align="right", fontSize=LABEL_FONT_SIZE, color="#333")
+        .encode(x=x, y=y, text="model:N")
+    )
+    layers = [*(under(shown, x, y, present) if under else []), marks, text]
+    return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description=sweep.description)
+
+
+def _log2(field: str, title: str) -> alt.X:
+    return alt.X(f"{field}:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title=title)
+
+
+SWEEP_KEYS = (
+    alt.Tooltip("source:N", title="source"),
+    alt.Tooltip("model:N", title="model"),
+    alt.Tooltip("variant:N", title="variant"),
+)
+THREADS = Sweep(
+    title="CPU thread sweep: speedup over the fewest threads",
+    notes=(
+        "dashed: Amdahl's law fitted to the same points (epoch = a + b / threads)",
+        "faded: torch threads plus loader workers outnumbered the logical cores",
+    ),
+    empty="No CPU thread sweep in these records (sweeps.cpu_threads is empty).",
+    description="CPU thread sweep",
+    axes=lambda shown: (
+        _log2("value", "CPU threads"),
+        alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads"),
+    ),
+    tooltip=(
+        *SWEEP_KEYS,
+        alt.Tooltip("value:Q", title="CPU threads"),
+        alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
+        alt.Tooltip("speedup_vs_baseline:Q", format=".2f", title="speedup (×)"),
+        alt.Tooltip("oversubscribed:N", title="threads + workers exceed cores"),
+    ),
+    joined=False,
+    faded="datum.oversubscribed",
+)
+BATCH = Sweep(
+    title="GPU batch-size sweep: training images per second",
+    notes=("where a line flattens, the GPU (or its input pipeline) is saturated",),
+    empty="No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).",
+    description="GPU batch-size sweep",
+    axes=lambda shown: (
+        _log2("value", "batch size"),
+        alt.Y(
+            "images_per_second:Q",
+            scale=alt.Scale(type="log", domain=_log_domain(shown["images_per_second"].to_list(), 1.3), nice=False),
+            axis=alt.Axis(format="~s"),
+            title="images per second (training)",
+        ),
+    ),
+    tooltip=(
+        *SWEEP_KEYS,
+        alt.Tooltip("value:Q", title="batch size"),
+        alt.Tooltip("images_per_second:Q", format=",.0f", title="images per second"),
+        alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
+    ),
+)
+SCALING = Sweep(
+    title="Data-parallel scaling: speedup over one device",
+    notes=("steady epochs; dashed grey: perfect scaling",),
+    empty="No shown-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.",
+    description="Data-parallel scaling",
+    axes=lambda shown: (
+        alt.X(
+            "world_size:Q",
+            title="processes (GPUs for cuda-ddpN)",
+            scale=alt.Scale(domain=[1, max(shown["world_size"].max(), 1)]),
+        ),
+        alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES)),
+    ),
+    tooltip=(
+        *SWEEP_KEYS,
+        alt.Tooltip("device:N", title="device"),
+        alt.Tooltip("global_batch_size:Q", title="global batch size"),
+        alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
+        alt.Tooltip("efficiency:Q", format=".0%", title="efficiency"),
+        alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
+    ),
+)
+
+
 def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
     """CPU speedup against threads, with the Amdahl curve of the fits table (fitted once, by aggregation)."""
     shown = sweeps.filter(pl.col("parameter") == "threads")
-    title = _title(
-        "CPU thread sweep: speedup over the fewest threads",
-        [
-            "dashed: Amdahl's law fitted to the same points (epoch = a + b / threads)",
-            "faded: torch threads plus loader workers outnumbered the logical cores",
-            style.key(shown["variant"].unique().to_list()) if not shown.is_empty() else "",
-        ],
-        shown,
-    )
-    if shown.is_empty():
-        return _empty(title, "No CPU thread sweep in these records (sweeps.cpu_threads is empty).")
-    curves = _thread_curves(shown, fits)
-    present = shown["source"].unique().to_list()
-    variants = shown["variant"].unique().to_list()
-    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="CPU threads")
-    y = alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads")
-    points = (
-        alt.Chart(shown)
-        .mark_point(filled=True, size=70)
-        .encode(
-            x=x,
-            y=y,
-            color=style.colour(present),
-            shape=style.shape(variants),
-            opacity=alt.condition("datum.oversubscribed", alt.value(0.35), alt.value(1.0)),
-            tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("variant:N", title="variant"),
-                alt.Tooltip("value:Q", title="CPU threads"),
-                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
-                alt.Tooltip("speedup_vs_baseline:Q", format=".2f", title="speedup (×)"),
-                alt.Tooltip("oversubscribed:N", title="threads + workers exceed cores"),
-            ],
-        )
-    )
-    layers = [points]
-    if curves:
-        layers.insert(
-            0,
-            alt.Chart(pl.DataFrame(curves))
+
+    def curves(shown, x, y, present) -> list:
+        fitted = _thread_curves(shown, fits)
+        if not fitted:
+            return []
+        return [
+            alt.Chart(pl.DataFrame(fitted))
             .mark_line(strokeDash=[4, 3])
             .encode(
                 x=x,
@@ -903,121 +987,27 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                 color=style.colour(present),
                 detail="model:N",
                 tooltip=[alt.Tooltip("model:N", title="model"), alt.Tooltip("fit:N", title="Amdahl fit")],
-            ),
-        )
-    labels = _end_labels(shown, "value", "speedup_vs_baseline", ["source", "model", "variant"])
-    layers.append(
-        alt.Chart(labels)
-        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
-        .encode(x=x, y=y, text="model:N")
-    )
-    return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description="CPU thread sweep")
+            )
+        ]
+
+    return sweep_chart(THREADS, shown, shown, style, curves)
 
 
 def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
+    """GPU training throughput against the batch size."""
     shown = sweeps.filter(pl.col("parameter") == "batch")
-    title = _title(
-        "GPU batch-size sweep: training images per second",
-        [
-            "where a line flattens, the GPU (or its input pipeline) is saturated",
-            style.key(shown["variant"].unique().to_list()) if not shown.is_empty() else "",
-        ],
-        shown,
-    )
-    if shown.is_empty():
-        return _empty(title, "No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).")
-    present = shown["source"].unique().to_list()
-    variants = shown["variant"].unique().to_list()
-    x = alt.X("value:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title="batch size")
-    y = alt.Y(
-        "images_per_second:Q",
-        scale=alt.Scale(type="log", domain=_log_domain(shown["images_per_second"].to_list(), 1.3), nice=False),
-        axis=alt.Axis(format="~s"),
-        title="images per second (training)",
-    )
-    lines = (
-        alt.Chart(shown)
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=y,
-            color=style.colour(present),
-            strokeDash=style.dash(variants),
-            detail="model:N",
-            tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("variant:N", title="variant"),
-                alt.Tooltip("value:Q", title="batch size"),
-                alt.Tooltip("images_per_second:Q", format=",.0f", title="images per second"),
-                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
-            ],
-        )
-    )
-    labels = _end_labels(shown, "value", "images_per_second", ["source", "model", "variant"])
-    text = (
-        alt.Chart(labels)
-        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
-        .encode(x=x, y=y, text="model:N")
-    )
-    return alt.layer(lines, text).properties(
-        title=title, width="container", height=HEIGHT, description="GPU batch-size sweep"
-    )
+    return sweep_chart(BATCH, shown, shown, style)
 
 
 def scaling(table: pl.DataFrame, style: Style) -> alt.Chart:
     """Data-parallel speedup against the number of processes (GPUs), with the ideal line speedup = N."""
-    title = _title(
-        "Data-parallel scaling: speedup over one device",
-        [
-            "steady epochs; dashed grey: perfect scaling",
-            style.key(table["variant"].unique().to_list()) if not table.is_empty() else "",
-        ],
-        table,
-    )
-    shown = table.filter(pl.col("speedup").is_not_null())
-    if shown.is_empty():
-        return _empty(title, "No shown-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.")
-    counts = sorted({1, *shown["world_size"].to_list()})
-    present = shown["source"].unique().to_list()
-    variants = shown["variant"].unique().to_list()
-    x = alt.X("world_size:Q", title="processes (GPUs for cuda-ddpN)", scale=alt.Scale(domain=[1, max(counts)]))
-    y = alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES))
-    ideal = (
-        alt.Chart(pl.DataFrame({"world_size": counts, "speedup": [float(n) for n in counts]}))
-        .mark_line(strokeDash=[4, 4], color="#767676")
-        .encode(x=x, y=y)
-    )
-    points = (
-        alt.Chart(shown)
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=y,
-            color=style.colour(present),
-            strokeDash=style.dash(variants),
-            detail="model:N",
-            tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("variant:N", title="variant"),
-                alt.Tooltip("device:N", title="device"),
-                alt.Tooltip("global_batch_size:Q", title="global batch size"),
-                alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
-                alt.Tooltip("efficiency:Q", format=".0%", title="efficiency"),
-                alt.Tooltip("epoch_seconds:Q", format=".2f", title="seconds per epoch"),
-            ],
-        )
-    )
-    labels = _end_labels(shown, "world_size", "speedup", ["source", "model", "variant"])
-    text = (
-        alt.Chart(labels)
-        .mark_text(dx=-6, dy=-9, align="right", fontSize=11, color="#333")
-        .encode(x=x, y=y, text="model:N")
-    )
-    return alt.layer(ideal, points, text).properties(
-        title=title, width="container", height=HEIGHT, description="Data-parallel scaling"
-    )
+
+    def ideal(shown, x, y, present) -> list:
+        counts = sorted({1, *shown["world_size"].to_list()})
+        frame = pl.DataFrame({"world_size": counts, "speedup": [float(n) for n in counts]})
+        return [alt.Chart(frame).mark_line(strokeDash=[4, 4], color="#767676").encode(x=x, y=y)]
+
+    return sweep_chart(SCALING, table, table.filter(pl.col("speedup").is_not_null()), style, ideal)
 
 
 def build(tables: dict, tolerance: float) -> dict[str, alt.Chart]:
