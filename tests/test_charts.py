@@ -198,13 +198,13 @@ def test_every_sweep_chart_is_drawn_by_one_builder_with_end_labels(tmp_path):
     ]
     tables["scaling"] = pl.DataFrame(rows, schema=tables["scaling"].schema)
     spec = charts.build(tables, 0.02)["scaling"].to_dict()
-    ideal, lines, text = spec["layer"]
-    assert [(r["world_size"], r["speedup"]) for r in spec["datasets"][ideal["data"]["name"]]] == [
-        (1, 1),
-        (2, 2),
-        (4, 4),
-    ]
+    ideal, lines, *labels = spec["layer"]
+    diagonal = [(r["world_size"], r["speedup"]) for r in spec["datasets"][ideal["data"]["name"]]]
+    assert diagonal == [(1, 1), (2, 2), (4, 4)]
     assert lines["mark"] == {"type": "line", "point": True} and lines["encoding"]["detail"]["field"] == "model"
-    ends = spec["datasets"][text["data"]["name"]]
-    assert sorted((r["model"], r["world_size"]) for r in ends) == [("resnet18", 4), ("resnet50", 4)]
+    assert {layer["mark"]["type"] for layer in labels} == {"text"}
+    ends = pl.DataFrame(spec["datasets"][labels[0]["data"]["name"]])  # each line labelled at its end, at every width
+    per_width = ends.group_by("label_from").agg(pl.col("model").sort(), pl.col("world_size").unique())
+    assert per_width["model"].to_list() == [["resnet18", "resnet50"]] * len(charts.LABEL_WIDTHS[1:])
+    assert per_width["world_size"].to_list() == [[4]] * len(charts.LABEL_WIDTHS[1:])
     assert spec["description"] == "Data-parallel scaling"

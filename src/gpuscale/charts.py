@@ -14,7 +14,7 @@ import logging
 import math
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import altair as alt
@@ -40,6 +40,7 @@ log = logging.getLogger("gpuscale.charts")
 HEIGHT = 340
 EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width
 TIMES = "format(datum.value, '~g') + '×'"
+TIMES_AXIS = {"labelExpr": TIMES}
 
 
 @dataclass(frozen=True)
@@ -162,24 +163,37 @@ LABEL_WIDTHS = (160, 260, 380, 560, 800, 1100, 4000)
 
 @dataclass(frozen=True)
 class Plot:
-    """A log-log plot's pixel space at any width: a point's x is its share of the width, its y a pixel row."""
+    """A plot's pixel space at any width (log or linear axes): a point's x is its share of the width, its y a row."""
 
     xdomain: tuple[float, float]
     ydomain: tuple[float, float]
     height: float
+    xlog: bool = True
+    ylog: bool = True
+
+    @classmethod
+    def of(cls, x: alt.X, y: alt.Y, height: float) -> Plot:
+        """The pixel space of two channels with explicit domains."""
+        xs, ys = x.to_dict()["scale"], y.to_dict()["scale"]
+        return cls(tuple(xs["domain"]), tuple(ys["domain"]), height, xs.get("type") == "log", ys.get("type") == "log")
 
     def share(self, x: float) -> float:
-        lx = [math.log(v) for v in self.xdomain]
-        return (math.log(x) - lx[0]) / (lx[1] - lx[0] or 1)
+        return _unit(x, self.xdomain, self.xlog)
 
     def row(self, y: float) -> float:
-        ly = [math.log(v) for v in self.ydomain]
-        return self.height - (math.log(y) - ly[0]) / (ly[1] - ly[0] or 1) * self.height
+        return self.height - _unit(y, self.ydomain, self.ylog) * self.height
 
     def y_at(self, y: float, dy: float) -> float:
         """The value dy pixels below the value y."""
-        ly = [math.log(v) for v in self.ydomain]
-        return float(y * math.exp(-dy * (ly[1] - ly[0]) / self.height))
+        lo, hi = (math.log(v) for v in self.ydomain) if self.ylog else self.ydomain
+        step = -dy * (hi - lo) / self.height
+        return float(y * math.exp(step) if self.ylog else y + step)
+
+
+def _unit(value: float, domain: tuple[float, float], log: bool) -> float:
+    """Where a value lies along its axis, 0 at the domain's start and 1 at its end."""
+    lo, hi, v = (math.log(d) for d in (*domain, value)) if log else (*domain, value)
+    return (v - lo) / (hi - lo or 1)
 
 
 @dataclass(frozen=True)
@@ -211,17 +225,22 @@ def _label_box(share: float, row: float, text: str, left: bool, dy: float) -> Bo
     return Box(share, offset, w, row + dy - LABEL_HEIGHT / 2, row + dy + LABEL_HEIGHT / 2)
 
 
-def place_labels(points: list[tuple[float, float, str]], plot: Plot, widths: tuple[float, float]) -> list:
-    """Greedy: each label, in the order given (most important first), takes the first free slot beside its point
-    (right, left, then a line above or below), inside the plot and clear of every point and every label placed
-    before it, at every plot width in `widths`; (dy in pixels, left?) or None where there is no room (the point's
-    tooltip still names it)."""
+# Where a label may sit, in the order tried: (dy in pixels, left of the point?). Beside a point: right, left, then a
+# line above or below; at a line's end (the line comes in from the left): above or below on the left, then right.
+BESIDE = tuple((dy, left) for dy in (0, -LABEL_HEIGHT, LABEL_HEIGHT) for left in (False, True))
+AT_END = ((-0.75 * LABEL_HEIGHT, True), (0.75 * LABEL_HEIGHT, True), (0, False), (-1.75 * LABEL_HEIGHT, True))
+
+
+def place_labels(points: list, plot: Plot, widths: tuple[float, float], slots=BESIDE) -> list:
+    """Greedy: each label, in the order given (most important first), takes the first free slot of `slots` by its
+    point, inside the plot and clear of every point and every label placed before it, at every plot width in
+    `widths`; (dy in pixels, left?) or None where there is no room (the point's tooltip still names it)."""
     where = [(plot.share(x), plot.row(y)) for x, y, _ in points]
     taken = [Box(s, -POINT_HALF, 2 * POINT_HALF, r - POINT_HALF, r + POINT_HALF) for s, r in where]
     out = []
     for (share, row), (_, _, text) in zip(where, points, strict=True):
         found = None
-        for dy, left in ((dy, left) for dy in (0, -LABEL_HEIGHT, LABEL_HEIGHT) for left in (False, True)):
+        for dy, left in slots:
             box = _label_box(share, row, text, left, dy)
             inside = box.left(widths[0]) >= 0 and box.left(widths[0]) + box.width <= widths[0]
             inside = inside and box.top >= 0 and box.bottom <= plot.height
@@ -233,15 +252,14 @@ def place_labels(points: list[tuple[float, float, str]], plot: Plot, widths: tup
     return out
 
 
-def label_rows(frame: pl.DataFrame, x: str, y: str, xdomain, ydomain, height=HEIGHT) -> pl.DataFrame:
+def label_rows(frame: pl.DataFrame, x: str, y: str, plot: Plot, slots=BESIDE) -> pl.DataFrame:
     """The direct labels of `frame`'s points (its rows in order of importance), placed once per range of plot widths
     of LABEL_WIDTHS: x, label_y, label_left and the widths [label_from, label_to) each placement is drawn at."""
     points = [(row[x], row[y], str(row["model"])) for row in frame.iter_rows(named=True)]
-    plot = Plot(tuple(xdomain), tuple(ydomain), height)
     rows = []
     for low, high in zip(LABEL_WIDTHS, LABEL_WIDTHS[1:], strict=False):
         drawn = (0 if low == LABEL_WIDTHS[0] else low, high)
-        for (xv, yv, model), placed in zip(points, place_labels(points, plot, (low, high)), strict=True):
+        for (xv, yv, model), placed in zip(points, place_labels(points, plot, (low, high), slots), strict=True):
             if placed is not None:
                 rows.append(
                     {x: xv, "label_y": plot.y_at(yv, placed[0]), "label_left": placed[1], "model": model}
@@ -442,7 +460,9 @@ def speedup_vs_size(
     present = measured["source"].unique().to_list()
     variants = measured["variant"].unique().to_list()
     measured = measured.with_columns(_mapped(measured, "source", words.source_short).alias("source_words"))
-    labels = label_rows(_by_importance(measured, column), column, "speedup", xdomain, ydomain)
+    labels = label_rows(
+        _by_importance(measured, column), column, "speedup", Plot(tuple(xdomain), tuple(ydomain), HEIGHT)
+    )
     points = (
         alt.Chart(measured)
         .mark_point(filled=True, size=80, opacity=0.9)
@@ -511,7 +531,7 @@ def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, presen
     marks_frame = pl.DataFrame(marks).sort("N")
     xdomain = list(AMDAHL_N)
     clamped = _by_importance(marks_frame.with_columns(pl.col("N").clip(*xdomain)), "N")
-    labels = label_rows(clamped, "N", "S", xdomain, ydomain, height=HEIGHT + 60)
+    labels = label_rows(clamped, "N", "S", Plot(tuple(xdomain), tuple(ydomain), HEIGHT + 60))
     for filled in (True, False):
         subset = marks_frame.filter(pl.col("k_known") == filled)
         if subset.is_empty():
@@ -862,7 +882,7 @@ class Sweep:
     notes: tuple[str, ...]  # subtitle lines, before the variant key
     empty: str  # what the chart says where nothing was swept
     description: str
-    axes: Callable[[pl.DataFrame], tuple[alt.X, alt.Y]]  # from the rows shown (some domains follow the data)
+    axes: Callable[[pl.DataFrame], tuple[alt.X, alt.Y]] | None  # from the rows shown (domains follow the data)
     tooltip: tuple[alt.Tooltip, ...]
     joined: bool = True  # a line through each model's points; False: markers alone (a fitted curve joins them)
     faded: str | None = None  # markers alone: a Vega expression true where a marker is drawn faded
@@ -884,18 +904,23 @@ def sweep_chart(sweep: Sweep, frame: pl.DataFrame, shown: pl.DataFrame, style: S
         faded = alt.condition(sweep.faded, alt.value(0.35), alt.value(1.0)) if sweep.faded else alt.Undefined
         marks = alt.Chart(shown).mark_point(filled=True, size=70).encode(shape=style.shape(variants), opacity=faded)
     marks = marks.encode(x=x, y=y, color=style.colour(present), tooltip=list(sweep.tooltip))
-    ends = _end_labels(shown, x.to_dict()["field"], y.to_dict()["field"], ["source", "model", "variant"])
-    text = (
-        alt.Chart(ends)
-        .mark_text(dx=-6, dy=-9, align="right", fontSize=LABEL_FONT_SIZE, color="#333")
-        .encode(x=x, y=y, text="model:N")
-    )
-    layers = [*(under(shown, x, y, present) if under else []), marks, text]
+    xf, yf = x.to_dict()["field"], y.to_dict()["field"]
+    ends = label_rows(_end_labels(shown, xf, yf, ["source", "model", "variant"]), xf, yf, Plot.of(x, y, HEIGHT), AT_END)
+    layers = [*(under(shown, x, y, present) if under else []), marks, *_labels(ends, x, y)]
     return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description=sweep.description)
 
 
-def _log2(field: str, title: str) -> alt.X:
-    return alt.X(f"{field}:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format="~s"), title=title)
+def _log2(values: pl.Series, title: str) -> alt.X:
+    """A log-2 axis from the fewest to the most swept (explicit, so that labels can be placed in its pixels)."""
+    domain = [float(values.min()), float(max(values.max(), values.min() * 2))]
+    scale = alt.Scale(type="log", base=2, domain=domain, nice=False)
+    return alt.X(f"{values.name}:Q", scale=scale, axis=alt.Axis(format="~s"), title=title)
+
+
+def _from_zero(values, title: str, **axis) -> alt.Y:
+    """A linear axis from 0 to just above the largest value (explicit, so that labels can be placed in its pixels)."""
+    scale = alt.Scale(domain=[0.0, 1.08 * max(v for v in values if v is not None)], nice=False)
+    return alt.Y(f"{values.name}:Q", scale=scale, title=title, axis=alt.Axis(**axis))
 
 
 SWEEP_KEYS = (
@@ -911,10 +936,7 @@ THREADS = Sweep(
     ),
     empty="No CPU thread sweep in these records (sweeps.cpu_threads is empty).",
     description="CPU thread sweep",
-    axes=lambda shown: (
-        _log2("value", "CPU threads"),
-        alt.Y("speedup_vs_baseline:Q", axis=alt.Axis(labelExpr=TIMES), title="speedup over the fewest threads"),
-    ),
+    axes=None,  # threads(): the y axis holds the fitted curves too
     tooltip=(
         *SWEEP_KEYS,
         alt.Tooltip("value:Q", title="CPU threads"),
@@ -931,7 +953,7 @@ BATCH = Sweep(
     empty="No GPU batch-size sweep in these records (sweeps.gpu_batch_sizes is empty).",
     description="GPU batch-size sweep",
     axes=lambda shown: (
-        _log2("value", "batch size"),
+        _log2(shown["value"], "batch size"),
         alt.Y(
             "images_per_second:Q",
             scale=alt.Scale(type="log", domain=_log_domain(shown["images_per_second"].to_list(), 1.3), nice=False),
@@ -949,15 +971,17 @@ BATCH = Sweep(
 SCALING = Sweep(
     title="Data-parallel scaling: speedup over one device",
     notes=("steady epochs; dashed grey: perfect scaling",),
-    empty="No shown-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.",
+    empty="No data-parallel runs (cuda-ddpN, cpu-ddpN devices) with a one-device run to compare.",
     description="Data-parallel scaling",
     axes=lambda shown: (
         alt.X(
             "world_size:Q",
             title="processes (GPUs for cuda-ddpN)",
-            scale=alt.Scale(domain=[1, max(shown["world_size"].max(), 1)]),
+            scale=alt.Scale(domain=[1, max(shown["world_size"].max(), 1)], nice=False),
         ),
-        alt.Y("speedup:Q", title="speedup over one device", axis=alt.Axis(labelExpr=TIMES)),
+        _from_zero(
+            pl.concat([shown["speedup"], shown["world_size"].cast(pl.Float64)]), "speedup over one device", **TIMES_AXIS
+        ),
     ),
     tooltip=(
         *SWEEP_KEYS,
@@ -973,9 +997,17 @@ SCALING = Sweep(
 def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart:
     """CPU speedup against threads, with the Amdahl curve of the fits table (fitted once, by aggregation)."""
     shown = sweeps.filter(pl.col("parameter") == "threads")
+    fitted = _thread_curves(shown, fits)
+
+    def axes(shown) -> tuple[alt.X, alt.Y]:
+        speedups = pl.concat(
+            [shown["speedup_vs_baseline"], pl.Series([c["speedup_vs_baseline"] for c in fitted], dtype=pl.Float64)]
+        )
+        return _log2(shown["value"], "CPU threads"), _from_zero(
+            speedups, "speedup over the fewest threads", **TIMES_AXIS
+        )
 
     def curves(shown, x, y, present) -> list:
-        fitted = _thread_curves(shown, fits)
         if not fitted:
             return []
         return [
@@ -990,7 +1022,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
             )
         ]
 
-    return sweep_chart(THREADS, shown, shown, style, curves)
+    return sweep_chart(replace(THREADS, axes=axes), shown, shown, style, curves)
 
 
 def batch(sweeps: pl.DataFrame, style: Style) -> alt.Chart:
