@@ -400,7 +400,7 @@ DOWNLOADS = r"""() => [...document.querySelectorAll('button.csv')].map(b => {
   const blob = document.getElementById(b.dataset.csv);
   return [b.dataset.file, blob ? JSON.parse(blob.textContent) : null];
 })"""
-LABELLED_CHARTS = ("speedup_vs_flops", "speedup_vs_parameters", "amdahl", "threads", "batch", "scaling")
+LABELLED_CHARTS = ("speedup_vs_flops", "speedup_vs_parameters", "amdahl", "accuracy", "threads", "batch", "scaling")
 LABEL_BOXES = r"""names => Object.fromEntries(names.map(name => {
   const chart = document.getElementById('chart-' + name);
   const texts = chart ? [...chart.querySelectorAll('g.mark-text.role-mark text')] : [];

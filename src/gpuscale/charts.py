@@ -749,12 +749,8 @@ def _accuracy_points(shown: pl.DataFrame, x, y, style: Style) -> list:
             ],
         )
     )
-    labels = (
-        alt.Chart(frame)
-        .mark_text(dx=7, dy=-7, align="left", fontSize=11, color="#333")
-        .encode(x=x, y=y, text="model:N")
-    )
-    return [points, labels]
+    placed = label_rows(frame, "cpu_accuracy", "gpu_accuracy", Plot.of(x, y, HEIGHT))
+    return [points, *_labels(placed, x, y)]
 
 
 def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
