@@ -72,6 +72,35 @@ def write_yaml(path: Path, value: dict) -> Path:
     return path
 
 
+def data_settings(**overrides) -> dict:
+    """A whole `data:` section (every key the schema requires): synthetic and offline unless overridden."""
+    base = {
+        "source": "synthetic",
+        "path": None,
+        "url": "http://example.invalid/cifar-10-binary.tar.gz",
+        "md5": "0" * 32,
+        "train_size": None,
+        "test_size": None,
+        "subset_seed": 0,
+        "download_timeout_seconds": 5,
+        "download_retries": 0,
+        "image_mode": "strict",
+    }
+    return {**base, **overrides}
+
+
+def gpuscale_argv(command: str, overlay: Path, *args) -> list[str]:
+    """`python -m gpuscale COMMAND --params params.yaml --params OVERLAY ARGS...`: a stage in its own process."""
+    params = ["--params", str(REPO / "params.yaml"), "--params", str(overlay)]
+    return [sys.executable, "-m", "gpuscale", command, *params, *map(str, args)]
+
+
+def prepare_data(overlay: Path, out: Path) -> Path:
+    """`gpuscale data` in its own process: the data section of params.yaml + overlay, prepared into out."""
+    subprocess.run(gpuscale_argv("data", overlay, "--out", out), check=True, env=tool_env(), capture_output=True)
+    return out
+
+
 TINY = {
     "study": {"models": ["simplecnn"], "devices": ["cpu"], "label": "test run"},
     "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
@@ -92,21 +121,7 @@ def prepared(tmp_path_factory) -> Path:
     from gpuscale import data
 
     out = tmp_path_factory.mktemp("prepared")
-    data.prepare(
-        {
-            "source": "synthetic",
-            "path": None,
-            "url": "http://x.invalid/a",
-            "md5": "0" * 32,
-            "train_size": 200,
-            "test_size": 60,
-            "subset_seed": 0,
-            "download_timeout_seconds": 1,
-            "download_retries": 0,
-            "image_mode": "strict",
-        },
-        out,
-    )
+    data.prepare(data_settings(train_size=200, test_size=60), out)
     return out
 
 

@@ -4,27 +4,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import cifar_archive
+from conftest import cifar_archive, data_settings
 from PIL import Image
 
 from gpuscale import data
 from gpuscale.data import DataError
-
-
-def settings(**overrides) -> dict:
-    base = {
-        "source": "synthetic",
-        "path": None,
-        "url": "http://example.invalid/cifar-10-binary.tar.gz",
-        "md5": "0" * 32,
-        "train_size": None,
-        "test_size": None,
-        "subset_seed": 0,
-        "download_timeout_seconds": 5,
-        "download_retries": 0,
-        "image_mode": "strict",
-    }
-    return {**base, **overrides}
 
 
 def md5(path) -> str:
@@ -33,7 +17,7 @@ def md5(path) -> str:
 
 def test_binary_records_parse_to_nhwc_images_and_labels(tmp_path):
     archive, images, labels = cifar_archive(tmp_path / "cifar-10-binary.tar.gz")
-    manifest = data.prepare(settings(source="cifar10", path=str(archive), md5=md5(archive)), tmp_path / "out")
+    manifest = data.prepare(data_settings(source="cifar10", path=str(archive), md5=md5(archive)), tmp_path / "out")
     dataset, _, _ = data.load_prepared(tmp_path / "out")
     assert dataset.train_images.shape == (100, 32, 32, 3)
     np.testing.assert_array_equal(dataset.train_images, images)
@@ -58,7 +42,7 @@ def test_truncated_batch_is_refused():
 def test_md5_mismatch_on_given_archive_is_refused(tmp_path):
     archive, _, _ = cifar_archive(tmp_path / "a.tar.gz")
     with pytest.raises(DataError, match="does not match data.md5"):
-        data.prepare(settings(source="cifar10", path=str(archive), md5="f" * 32), tmp_path / "out")
+        data.prepare(data_settings(source="cifar10", path=str(archive), md5="f" * 32), tmp_path / "out")
     assert archive.exists()  # a file the user named is never deleted
     assert not (tmp_path / "out").exists()
 
@@ -67,14 +51,14 @@ def test_downloaded_archive_with_wrong_md5_is_removed(tmp_path, monkeypatch):
     archive, _, _ = cifar_archive(tmp_path / "served.tar.gz")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError, match="was removed"):
-        data.prepare(settings(source="cifar10", url=archive.as_uri(), md5="f" * 32), tmp_path / "out")
+        data.prepare(data_settings(source="cifar10", url=archive.as_uri(), md5="f" * 32), tmp_path / "out")
     assert not (tmp_path / "data/raw/cifar-10-binary.tar.gz").exists()
 
 
 def test_download_then_verify_then_parse(tmp_path, monkeypatch):
     archive, images, _ = cifar_archive(tmp_path / "served.tar.gz")
     monkeypatch.chdir(tmp_path)
-    data.prepare(settings(source="cifar10", url=archive.as_uri(), md5=md5(archive)), tmp_path / "out")
+    data.prepare(data_settings(source="cifar10", url=archive.as_uri(), md5=md5(archive)), tmp_path / "out")
     assert (tmp_path / "data/raw/cifar-10-binary.tar.gz").read_bytes() == archive.read_bytes()
     dataset, _, _ = data.load_prepared(tmp_path / "out")
     np.testing.assert_array_equal(dataset.train_images, images)
@@ -83,7 +67,7 @@ def test_download_then_verify_then_parse(tmp_path, monkeypatch):
 def test_no_network_fails_naming_the_other_sources(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError) as err:
-        data.prepare(settings(source="cifar10", url="http://no-such-host.invalid/c.tar.gz"), tmp_path / "out")
+        data.prepare(data_settings(source="cifar10", url="http://no-such-host.invalid/c.tar.gz"), tmp_path / "out")
     message = str(err.value)
     assert "imagefolder" in message and "synthetic" in message and "data/raw" in message
 
@@ -105,7 +89,7 @@ def test_imagefolder_from_directory(tmp_path):
     for name, raw in _image_tree():
         (tmp_path / "tree" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "tree" / name).write_bytes(raw)
-    manifest = data.prepare(settings(source="imagefolder", path=str(tmp_path / "tree")), tmp_path / "out")
+    manifest = data.prepare(data_settings(source="imagefolder", path=str(tmp_path / "tree")), tmp_path / "out")
     dataset, _, _ = data.load_prepared(tmp_path / "out")
     assert manifest["classes"] == ["cat", "dog"]
     assert dataset.train_images.shape == (6, 32, 32, 3)
@@ -119,8 +103,8 @@ def test_imagefolder_from_zip_matches_directory(tmp_path):
             archive.writestr(name, raw)
             (tmp_path / "tree" / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / "tree" / name).write_bytes(raw)
-    data.prepare(settings(source="imagefolder", path=str(tmp_path / "tree.zip")), tmp_path / "a")
-    data.prepare(settings(source="imagefolder", path=str(tmp_path / "tree")), tmp_path / "b")
+    data.prepare(data_settings(source="imagefolder", path=str(tmp_path / "tree.zip")), tmp_path / "a")
+    data.prepare(data_settings(source="imagefolder", path=str(tmp_path / "tree")), tmp_path / "b")
     a, _, _ = data.load_prepared(tmp_path / "a")
     b, _, _ = data.load_prepared(tmp_path / "b")
     np.testing.assert_array_equal(a.train_images, b.train_images)
@@ -132,19 +116,19 @@ def test_imagefolder_with_different_class_sets_is_refused(tmp_path):
         archive.writestr("train/cat/0.png", _png((1, 2, 3)))
         archive.writestr("test/dog/0.png", _png((1, 2, 3)))
     with pytest.raises(DataError, match="differ"):
-        data.prepare(settings(source="imagefolder", path=str(tmp_path / "bad.zip")), tmp_path / "out")
+        data.prepare(data_settings(source="imagefolder", path=str(tmp_path / "bad.zip")), tmp_path / "out")
 
 
 def test_synthetic_is_deterministic_and_labelled(tmp_path):
-    first = data.prepare(settings(train_size=300, test_size=60), tmp_path / "a")
-    second = data.prepare(settings(train_size=300, test_size=60), tmp_path / "b")
+    first = data.prepare(data_settings(train_size=300, test_size=60), tmp_path / "a")
+    second = data.prepare(data_settings(train_size=300, test_size=60), tmp_path / "b")
     assert first == second
     assert first["synthetic"] is True
     assert (tmp_path / "a/manifest.json").read_bytes() == (tmp_path / "b/manifest.json").read_bytes()
 
 
 def test_synthetic_classes_are_separable_by_mean_colour(tmp_path):
-    data.prepare(settings(train_size=500, test_size=100), tmp_path / "out")
+    data.prepare(data_settings(train_size=500, test_size=100), tmp_path / "out")
     dataset, _, _ = data.load_prepared(tmp_path / "out")
     features = dataset.train_images.reshape(500, 4, 8, 4, 8, 3).mean(axis=(2, 4)).reshape(500, -1)
     centroids = np.stack([features[dataset.train_labels == c].mean(0) for c in range(10)])
@@ -165,14 +149,15 @@ def test_stratified_subset_keeps_classes_balanced():
 def test_subset_applied_to_real_source(tmp_path):
     archive, _, _ = cifar_archive(tmp_path / "a.tar.gz", per_batch=40)
     manifest = data.prepare(
-        settings(source="cifar10", path=str(archive), md5=md5(archive), train_size=50, test_size=20), tmp_path / "out"
+        data_settings(source="cifar10", path=str(archive), md5=md5(archive), train_size=50, test_size=20),
+        tmp_path / "out",
     )
     assert manifest["counts"]["train"]["total"] == 50
     assert set(manifest["counts"]["test"]["per_class"].values()) == {2}
 
 
 def test_changed_prepared_data_is_detected(tmp_path):
-    data.prepare(settings(train_size=100, test_size=20), tmp_path / "out")
+    data.prepare(data_settings(train_size=100, test_size=20), tmp_path / "out")
     images = np.load(tmp_path / "out/train_images.npy")
     images[0, 0, 0, 0] ^= 1
     np.save(tmp_path / "out/train_images.npy", images)
@@ -181,7 +166,7 @@ def test_changed_prepared_data_is_detected(tmp_path):
 
 
 def test_prepared_arrays_are_memory_mapped(tmp_path):
-    data.prepare(settings(train_size=100, test_size=20), tmp_path / "out")
+    data.prepare(data_settings(train_size=100, test_size=20), tmp_path / "out")
     dataset, _, _ = data.load_prepared(tmp_path / "out", verify=False)
     assert isinstance(dataset.train_images, np.memmap)
     assert dataset.train_images.dtype == np.uint8

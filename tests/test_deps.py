@@ -29,9 +29,14 @@ atexit.register(_dump)
 
 
 def dvc_code_deps() -> dict[str, set[str]]:
-    """stage -> the src/gpuscale deps dvc.yaml declares (as written, before matrix expansion)."""
+    """stage -> the src/gpuscale files dvc.yaml's code deps stand for (as written, before matrix expansion):
+    a workflow/code/<command> dep is the files its links point at."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    return {name: {d for d in stage.get("deps", []) if d.startswith("src/gpuscale/")} for name, stage in stages.items()}
+    out: dict[str, set[str]] = {}
+    for name, stage in stages.items():
+        code = [d for d in stage.get("deps", []) if d.startswith(("src/gpuscale/", f"{deps.LINK_ROOT}/"))]
+        out[name] = {f for d in code for f in (deps.linked_files(REPO / d) if (REPO / d).is_dir() else [d])}
+    return out
 
 
 def snakemake_code_deps() -> dict[str, set[str]]:
@@ -40,13 +45,49 @@ def snakemake_code_deps() -> dict[str, set[str]]:
 
 
 def test_dvc_yaml_code_deps_and_params_are_generated_and_current():
+    stale = "dvc.yaml is stale: run `python -m gpuscale.deps --write dvc.yaml`"
     text = (REPO / "dvc.yaml").read_text()
-    assert deps.render_dvc(text, REPO / "src/gpuscale") == text, (
-        "dvc.yaml is stale: run `python -m gpuscale.deps --write dvc.yaml`"
-    )
+    assert deps.render_dvc(text) == text, stale
     stages = yaml.safe_load(text)["stages"]
     for name, stage in stages.items():
         assert stage.get("params", []) == deps.STAGE_PARAMS[name], name
+        code = [d for d in stage["deps"] if d.startswith(("src/", "workflow/"))]
+        assert code == [f"workflow/code/{deps.STAGE_COMMANDS[name]}"], name  # one code column in `dvc exp show`
+    # Each link folder points at exactly its command's code files, and every link resolves.
+    folders = {p.name for p in (REPO / deps.LINK_ROOT).iterdir()}
+    assert folders == set(deps.STAGE_COMMANDS.values()), stale
+    for stage in deps.STAGE_COMMANDS:
+        linked = deps.linked_files(REPO / deps.link_folder(stage))
+        assert linked == sorted(deps.code_files(stage, REPO / "src/gpuscale")), f"{stage}: {stale}"
+        assert all((REPO / f).is_file() for f in linked), stage
+
+
+def test_write_links_mirrors_the_package_and_drops_stale_links(tmp_path):
+    pkg = make_package(
+        tmp_path / "src",
+        {
+            "__init__.py": "",
+            "cli.py": "from gpuscale import params\n",
+            "params.py": 'DATA_FILES = ("schemas/p.yaml",)\n',
+        },
+    )
+    (pkg / "schemas").mkdir()
+    (pkg / "schemas/p.yaml").write_text("x: 1\n")
+    stray = tmp_path / deps.LINK_ROOT / "train/gone.py"
+    stray.parent.mkdir(parents=True)
+    stray.symlink_to("../../../src/gpuscale/gone.py")
+    deps.write_links(tmp_path, pkg)
+    folder = tmp_path / deps.link_folder("sweep_batch")
+    assert folder == tmp_path / "workflow/code/train"
+    expected = [
+        "src/gpuscale/__init__.py",
+        "src/gpuscale/cli.py",
+        "src/gpuscale/params.py",
+        "src/gpuscale/schemas/p.yaml",
+    ]
+    assert deps.linked_files(folder) == expected
+    assert (folder / "schemas/p.yaml").read_text() == "x: 1\n"  # relative links: the copy of a repo still resolves
+    assert not os.path.isabs(os.readlink(folder / "cli.py"))
 
 
 def test_training_depends_on_no_analysis_code_and_the_report_side_on_no_training_code():

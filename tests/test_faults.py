@@ -13,7 +13,7 @@ import time
 import zipfile
 
 import pytest
-from conftest import REPO, TINY, tool_env, write_yaml
+from conftest import REPO, TINY, data_settings, gpuscale_argv, prepare_data, tool_env, write_yaml
 from PIL import Image
 
 from gpuscale import checkpoint, data, record, train
@@ -21,19 +21,7 @@ from gpuscale.data import DataError
 
 
 def settings(**overrides) -> dict:
-    base = {
-        "source": "imagefolder",
-        "path": None,
-        "url": "http://example.invalid/x.tar.gz",
-        "md5": "0" * 32,
-        "train_size": None,
-        "test_size": None,
-        "subset_seed": 0,
-        "download_timeout_seconds": 5,
-        "download_retries": 0,
-        "image_mode": "strict",
-    }
-    return {**base, **overrides}
+    return data_settings(**{"source": "imagefolder", **overrides})
 
 
 def png(size=(32, 32), mode="RGB") -> bytes:
@@ -159,41 +147,12 @@ def test_killed_training_leaves_no_record_that_looks_finished(tmp_path, sig):
             "train": {**TINY["train"], "epochs": 50, "log_every_steps": 5},
         },
     )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuscale",
-            "data",
-            "--params",
-            str(REPO / "params.yaml"),
-            "--params",
-            str(overlay),
-            "--out",
-            str(tmp_path / "prepared"),
-        ],
-        check=True,
-        env=tool_env(),
-        capture_output=True,
-    )
+    prepare_data(overlay, tmp_path / "prepared")
     out = tmp_path / "runs" / "record.json"
     log = tmp_path / "train.log"
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "gpuscale",
-            "train",
-            "--params",
-            str(REPO / "params.yaml"),
-            "--params",
-            str(overlay),
-            "--model",
-            "simplecnn",
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
+            *gpuscale_argv("train", overlay, "--model", "simplecnn", "--device", "cpu", "--threads", "1"),
             "--data",
             str(tmp_path / "prepared"),
             "--out",
@@ -289,46 +248,11 @@ def test_killed_run_resumes_from_its_last_epoch_and_the_record_says_who_timed_wh
     }
     plain = write_yaml(tmp_path / "plain.yaml", base)
     resumable = write_yaml(tmp_path / "resume.yaml", {**base, "runtime": {"resume": True}})
-    params = ["--params", str(REPO / "params.yaml")]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuscale",
-            "data",
-            *params,
-            "--params",
-            str(plain),
-            "--out",
-            str(tmp_path / "prepared"),
-        ],
-        check=True,
-        env=tool_env(),
-        capture_output=True,
-    )
+    prepare_data(plain, tmp_path / "prepared")
 
     def train(overlay, out, log):
-        return [
-            sys.executable,
-            "-m",
-            "gpuscale",
-            "train",
-            *params,
-            "--params",
-            str(overlay),
-            "--model",
-            "simplecnn",
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
-            "--data",
-            str(tmp_path / "prepared"),
-            "--out",
-            str(out),
-            "--log",
-            str(log),
-        ]
+        model = ["--model", "simplecnn", "--device", "cpu", "--threads", "1"]
+        return gpuscale_argv("train", overlay, *model, "--data", tmp_path / "prepared", "--out", out, "--log", log)
 
     subprocess.run(
         train(plain, tmp_path / "whole.json", tmp_path / "whole.log"), check=True, env=tool_env(), capture_output=True

@@ -67,16 +67,21 @@ def snakemake_jobs(repo) -> dict:
 
 
 def dvc_stages(repo) -> dict:
-    """output -> (stage name, file deps, command), resolved by DVC itself (matrix expanded)."""
+    """output -> (stage name, file deps, command), resolved by DVC itself (matrix expanded); a code dep,
+    workflow/code/<command>, stands for the files its links point at (Snakemake lists those)."""
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
+
+    def files(dep: str) -> set[str]:
+        return set(deps.linked_files(repo / dep)) if dep.startswith(f"{deps.LINK_ROOT}/") else {dep}
 
     stages = {}
     with Repo(str(repo)) as dvc_repo:
         for stage in dvc_repo.index.stages:
-            deps = {str(d.def_path) for d in stage.deps if not isinstance(d, ParamsDependency)}
+            declared = {str(d.def_path) for d in stage.deps if not isinstance(d, ParamsDependency)}
+            inputs = {f for d in declared for f in files(d)}
             for out in stage.outs:
-                stages[str(out.def_path)] = (stage.name, deps, stage.cmd)
+                stages[str(out.def_path)] = (stage.name, inputs, stage.cmd)
     return stages
 
 

@@ -3,8 +3,13 @@
 A stage depends on the files of every gpuscale module in the static import closure of its command
 (imports inside functions included), plus the package data files those modules read, which each
 module declares next to its code as a literal `DATA_FILES = ("schemas/x.json", ...)`. The Snakefile
-calls `code_files()` when it parses; dvc.yaml cannot run code, so `python -m gpuscale.deps --write`
-rewrites its code deps and params lists (tests/test_deps.py fails while dvc.yaml is stale).
+calls `code_files()` when it parses and gives each rule those files as inputs. dvc.yaml cannot run
+code, so `python -m gpuscale.deps --write dvc.yaml` rewrites its params lists and links each command's
+code files into one folder, workflow/code/<command>/ (relative symlinks, mirroring src/gpuscale): a
+stage's one code dep is that folder. DVC hashes a folder through its links, so an edit to a linked
+module reruns exactly the stages whose command imports it, and `dvc exp show` has one code column per
+command instead of one per module. A new import, module or data file needs `--write` again
+(tests/test_deps.py fails while dvc.yaml or a link folder is stale).
 
 The entry of a stage is gpuscale.cli plus gpuscale.commands.<command> where that module exists.
 While the CLI is one module, only the branches of gpuscale.cli that the command takes are
@@ -17,12 +22,15 @@ Standard library only: the Snakefile imports it.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
 PACKAGE = "gpuscale"
 SOURCE_ROOT = "src/gpuscale"  # as written in the Snakefile and dvc.yaml (relative to the repository)
+LINK_ROOT = "workflow/code"  # <command>/: links to the command's code files, a DVC stage's code dep
 
 # The workflow's stages and the `gpuscale` command each one runs.
 STAGE_COMMANDS = {
@@ -205,6 +213,36 @@ def code_files(stage: str, root: Path | str = SOURCE_ROOT) -> list[str]:
     return paths + data
 
 
+def link_folder(stage: str) -> str:
+    """The folder of links that stands for a stage's code files in dvc.yaml: one per command."""
+    return f"{LINK_ROOT}/{STAGE_COMMANDS[stage]}"
+
+
+def linked_files(folder: Path) -> list[str]:
+    """The repository paths a link folder points at, sorted (`src/gpuscale/...`)."""
+    folder = Path(folder)
+    repo = folder.parents[len(Path(LINK_ROOT).parts)]
+    return sorted(
+        Path(os.path.normpath(link.parent / os.readlink(link))).relative_to(repo).as_posix()
+        for link in folder.rglob("*")
+        if link.is_symlink()
+    )
+
+
+def write_links(repo: Path, root: Path | str = SOURCE_ROOT) -> None:
+    """(Re)make workflow/code/<command>/: one relative link per code file of the command, nothing else."""
+    repo = Path(repo)
+    for command in sorted(set(STAGE_COMMANDS.values())):
+        stage = next(s for s, c in STAGE_COMMANDS.items() if c == command)
+        folder = repo / LINK_ROOT / command
+        if folder.exists():
+            shutil.rmtree(folder)
+        for path in code_files(stage, root):
+            link = folder / Path(path).relative_to(SOURCE_ROOT)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(repo / path, link.parent))
+
+
 _STAGE = re.compile(r"^  ([A-Za-z_][A-Za-z0-9_]*):\s*$")
 _KEY = re.compile(r"^    ([A-Za-z_]+):(.*)$")
 
@@ -215,12 +253,13 @@ def _table_outputs() -> list[str]:
     return list(tables.outputs().values())
 
 
-def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
-    """dvc.yaml with each stage's code deps and params lists replaced by the computed ones.
+def render_dvc(text: str) -> str:
+    """dvc.yaml with each stage's code dep and params list replaced by the computed ones.
 
-    Within a stage, the `- src/gpuscale/...` entries of `deps:` are replaced (other deps, data and
-    outputs, keep their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate
-    stage's `outs:` from gpuscale.tables.outputs().
+    Within a stage, the code entries of `deps:` (`- workflow/code/...`, or `- src/gpuscale/...` as older
+    files listed them) become the one link folder of its command (other deps, data and outputs, keep
+    their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate stage's `outs:`
+    from gpuscale.tables.outputs().
     """
     out: list[str] = []
     blank = 0
@@ -230,7 +269,7 @@ def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
         if stage == "aggregate" and section == "outs":
             out.extend(f"      - {f}" for f in _table_outputs())
         if stage in STAGE_COMMANDS and section == "deps":
-            out.extend(f"      - {f}" for f in code_files(stage, root))
+            out.append(f"      - {link_folder(stage)}")
         if stage in STAGE_COMMANDS and section == "params":
             out.extend(f"      - {p}" for p in STAGE_PARAMS[stage])
 
@@ -252,7 +291,7 @@ def render_dvc(text: str, root: Path | str = SOURCE_ROOT) -> str:
                     raise ValueError(f"dvc.yaml: stage {stage}: write {section} as a plain list ({line.strip()})")
         item = line.strip()
         drop = (
-            (section == "deps" and item.startswith(f"- {SOURCE_ROOT}/"))
+            (section == "deps" and item.startswith((f"- {SOURCE_ROOT}/", f"- {LINK_ROOT}/")))
             or (section == "params" and item.startswith("- "))
             or (section == "outs" and stage == "aggregate" and item.startswith("- "))
         )
@@ -269,12 +308,17 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m gpuscale.deps", description=__doc__.splitlines()[0])
     parser.add_argument("stage", nargs="?", choices=sorted(STAGE_COMMANDS), help="print this stage's code files")
-    parser.add_argument("--write", metavar="DVC_YAML", help="rewrite this dvc.yaml's code deps and params lists")
+    parser.add_argument(
+        "--write",
+        metavar="DVC_YAML",
+        help=f"rewrite this dvc.yaml's code deps and params lists, and {LINK_ROOT}/ beside it",
+    )
     parser.add_argument("--root", default=SOURCE_ROOT, help="the package source folder (default %(default)s)")
     args = parser.parse_args(argv)
     if args.write:
         path = Path(args.write)
-        path.write_text(render_dvc(path.read_text(), args.root))
+        path.write_text(render_dvc(path.read_text()))
+        write_links(path.parent, args.root)
     if args.stage:
         print("\n".join(code_files(args.stage, args.root)))
     return 0

@@ -33,7 +33,8 @@ CUDA_MISMATCH = envinfo.cuda_mismatch()  # a GPU this torch cannot use: said bef
 if CUDA_MISMATCH:
     print(f"gpuscale: warning: {CUDA_MISMATCH}", file=sys.stderr)
 # Each stage's code: the import closure of its command plus the data files those modules read,
-# computed from src/gpuscale (gpuscale.deps; dvc.yaml holds the same lists, generated from it).
+# computed from src/gpuscale (gpuscale.deps; dvc.yaml depends on the same files through the link
+# folders workflow/code/<command>/, generated from it).
 CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
 
 
