@@ -173,8 +173,8 @@ def test_load_facts_reads_the_ladder_format(tmp_path):
     assert cm.load_facts(tmp_path / "missing.json") == {}
 
 
-def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+def synthetic_study(tmp_path, monkeypatch):
+    """A reference folder of hand-made records made by known constants, with its probes; a host probe; facts."""
     ref = tmp_path / "reference" / "study"
     facts_doc = {"schema": 1, "models": {}}
     facts, obs = synthetic_observations()
@@ -200,6 +200,12 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     probes = tmp_path / "probe.json"
     probes.write_text(json.dumps(probe_record()))
     monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))  # hand-made, partial records
+    return ref, probes, tmp_path / "facts.json"
+
+
+def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+    ref, probes, _ = synthetic_study(tmp_path, monkeypatch)
     out = tmp_path / "out"
     predict.run(
         [probes], [str(ref)], out, ["m0", "m3"], images=1000, batch_size=100, facts_path=tmp_path / "facts.json"
@@ -216,6 +222,24 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
     with pytest.raises(cm.CostModelError, match=r"cuda.json: fixed_step_seconds: -1 is less than the minimum of 0"):
         predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
+
+
+def test_a_validation_folder_is_checked_like_a_reference_but_is_no_source_of_the_paper_comparison(
+    tmp_path, monkeypatch
+):
+    ref, probes, facts = synthetic_study(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    predict.run([probes], [], out, ["m0"], images=1000, batch_size=100, facts_path=facts, validation_folders=[str(ref)])
+    got = predict.tables(out)
+    speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
+    assert [s["source"] for s in speedups] == [f"{ref} (probe only)", str(ref)]
+    assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
+    assert not [r for r in got["paper"] if r["source"] == str(ref)]  # measured rows come from report.reference only
+    # named twice (a reference and a validation folder): checked once
+    predict.run([probes], [str(ref)], out, ["m0"], facts_path=facts, validation_folders=[str(ref)])
+    assert len([s for s in predict.tables(out)["validation_summary"] if s["source"] == str(ref)]) == 3
+    with pytest.raises(cm.CostModelError, match=r"gone: no such folder \(report.reference / predict.validate_on\)"):
+        predict.run([probes], [], out, ["m0"], facts_path=facts, validation_folders=[str(tmp_path / "gone")])
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):

@@ -303,7 +303,10 @@ def run(
     images: int = 50_000,
     batch_size: int = 128,
     facts_path: Path | None = None,
+    validation_folders: list[str] | None = None,
 ) -> dict[str, list[dict]]:
+    """The prediction tables. The cost model is checked on the reference folders and on validation_folders
+    (record folders that are not shown as sources: e.g. one machine lease's runs with its probes)."""
     facts = cm.load_facts(facts_path)
     if not facts:
         log.warning(
@@ -314,10 +317,15 @@ def run(
     reference_facts = _facts([r for rs in references.values() for r in rs], facts)
     probes = load_probes(probe_paths)
     host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size)
-    reference_probes = {
-        str(folder): load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in reference_folders
-    }
-    rows, summary, ref_constants = validation(references, facts, reference_probes)
+    checked = list(dict.fromkeys([*map(str, reference_folders), *map(str, validation_folders or [])]))
+    for folder in checked:
+        if not Path(folder).is_dir():
+            raise cm.CostModelError(
+                f"{folder}: no such folder (report.reference / predict.validate_on); restore it or take it out"
+            )
+    checked_records = {folder: references.get(folder) or load_records(Path(folder)) for folder in checked}
+    reference_probes = {folder: load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in checked}
+    rows, summary, ref_constants = validation(checked_records, facts, reference_probes)
     paper_constants = [
         {"fitted_on": "the paper's three points", **c.constants()} for c in paper_cost_model(reference_facts).values()
     ]

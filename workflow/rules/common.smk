@@ -53,9 +53,10 @@ def sweep_records():
     return [gp.sweep_record_path(**key) for key in gp.sweep_keys(config)]
 
 
-def reference_records():
-    """Every record under the reference folders the report includes (measured elsewhere)."""
-    return sorted(str(p) for folder in config["report"]["reference"] for p in Path(folder).rglob("*.json"))
+def reference_records(folders=None):
+    """Every record under the reference folders the report includes (measured elsewhere), or under `folders`."""
+    folders = config["report"]["reference"] if folders is None else folders
+    return sorted(str(p) for folder in folders for p in Path(folder).rglob("*.json"))
 
 
 def data_inputs(wildcards):

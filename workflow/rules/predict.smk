@@ -44,12 +44,14 @@ rule predict:
     input:
         probes=probe_records(),
         reference=reference_records(),
+        validation=reference_records(config["predict"].get("validate_on") or []),
         code=PREDICT_CODE["predict"],
     output:
         tables=predict_targets(),
     params:
         devices=lambda wildcards: config["study"]["devices"],
         reference=lambda wildcards: config["report"]["reference"],
+        validate_on=lambda wildcards: config["predict"].get("validate_on") or [],
         params_args=PARAMS_ARGS,
     log:
         "logs/predict.log",

@@ -31,6 +31,7 @@ def run(args) -> int:
             images=params.data.train_size or 50_000,
             batch_size=params.train.batch_size,
             facts_path=Path(args.facts) if args.facts else None,
+            validation_folders=list(params.predict.validate_on),
         )
     except costmodel.CostModelError as err:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
