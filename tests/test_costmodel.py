@@ -15,10 +15,12 @@ A = cm.ModelFacts("a", 1_000_000, 1.1e9, {"conv": 1e9, "depthwise_conv": 1e8}, l
 B = cm.ModelFacts("b", 10_000, 1e6, {"conv": 1e6}, layers=2)
 
 
-def probe_record(device="cpu", fixed=0.01, layer=0.001, rates=None, pipeline=5000.0, fingerprint="host1") -> dict:
+def probe_record(
+    device="cpu", fixed=0.01, layer=0.001, rates=None, pipeline=5000.0, fingerprint="host1", version=2
+) -> dict:
     rates = rates or {"conv": 1e12, "depthwise_conv": 1e11, "linear": 2e12}
     return {
-        "schema_version": 1,
+        "schema_version": version,
         "kind": "gpuscale.probe",
         "device": device,
         "status": "measured",
@@ -63,6 +65,17 @@ def test_probe_alone_predicts_the_slower_of_compute_and_input_pipeline():
     b = cm.predict_epoch(cal, B, images=1000, batch_size=100)
     assert b["compute_seconds"] == pytest.approx(0.121, rel=1e-12)
     assert (b["epoch_seconds"], b["bound"]) == (pytest.approx(0.2, rel=1e-12), "input pipeline")
+
+
+def test_a_schema_1_probe_s_depthwise_and_grouped_rates_are_not_used():
+    """Schema 1 counted grouped layers by torch's formulas (weight gradient `groups` times too many): its depthwise
+    and grouped rates are in other units than the model facts, so those kinds fall back to the dense rate."""
+    old = cm.from_probe(probe_record(version=1, rates={"conv": 1e12, "depthwise_conv": 1e13, "grouped_conv": 1e13}))
+    assert set(old.seconds_per_flop) == {"conv"}
+    # a: 10 steps * (0.01 + 10 * 0.001) + 1000 images * (1e9 + 1e8) / 1e12 = 0.2 + 1.1
+    assert cm.predict_epoch(old, A, 1000, 100)["compute_seconds"] == pytest.approx(1.3, rel=1e-12)
+    new = cm.from_probe(probe_record(version=2, rates={"conv": 1e12, "depthwise_conv": 1e11}))
+    assert new.seconds_per_flop["depthwise_conv"] == pytest.approx(1e-11)
 
 
 def test_a_kind_the_probe_did_not_measure_runs_at_the_dense_rate_and_the_speedup_band_combines_both_errors():

@@ -25,7 +25,7 @@ def test_probe_on_cpu_writes_a_valid_record_the_cost_model_reads(tmp_path):
     probe.write(path, doc)
     doc = probe.load(path)
     assert doc["status"] == "measured" and doc["threads"] == 1 and doc["batch_size"] == 8
-    assert set(doc["kinds"]) == {"conv", "depthwise_conv", "grouped_conv", "linear", "attention"}
+    assert set(doc["kinds"]) == {"conv", "depthwise_conv", "grouped_conv", "linear", "attention", "other"}
     assert all(k["flops_per_second"] > 0 for k in doc["kinds"].values())
     assert doc["fixed_step_seconds"] > 0 and doc["layer_seconds"] >= 0
     assert doc["host_to_device_bytes_per_second"] is None  # cpu
@@ -34,6 +34,18 @@ def test_probe_on_cpu_writes_a_valid_record_the_cost_model_reads(tmp_path):
     cal = costmodel.from_probe(doc)
     facts = costmodel.ModelFacts("m", 100, 1e8, {"conv": 9e7, "linear": 1e7}, layers=4)
     assert costmodel.predict_epoch(cal, facts, 1000, 8)["epoch_seconds"] > 0
+
+
+def test_the_probe_counts_a_layer_s_work_in_the_model_facts_units():
+    """A depthwise 3x3 layer of 16 channels at 8x8, 4 images: forward 2 x 9 taps x 16 x 64 outputs per image, and
+    its input and weight gradients as much again each (torch's own formula counts the weight gradient 16 times)."""
+    from torch import nn
+
+    conv = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)
+    assert probe.train_flops(conv, (4, 16, 8, 8), "depthwise_conv") == 4 * 3 * 2 * 9 * 16 * 64
+    norm = nn.Sequential(nn.BatchNorm2d(16), nn.ReLU())
+    elements = probe.train_flops(norm, (4, 16, 8, 8), "other")
+    assert elements >= 4 * 4 * 16 * 64  # output elements as modelfacts' "other": forward and backward of both ops
 
 
 def test_probe_of_a_missing_device_records_why():

@@ -214,6 +214,8 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
     if probe.get("status") != "measured":
         raise CostModelError(f"probe of {probe.get('device')} was not measured: {probe.get('not_measured_reason')}")
     rates = {k: v["flops_per_second"] for k, v in probe["kinds"].items() if v and v.get("flops_per_second")}
+    if probe.get("schema_version", 1) < 2:  # counted by torch's formulas: grouped layers' rates in other units
+        rates = {k: r for k, r in rates.items() if k not in ("depthwise_conv", "grouped_conv")}
     if "conv" not in rates:
         raise CostModelError("the probe record has no conv rate")
     pipeline = probe.get("input_pipeline_images_per_second")

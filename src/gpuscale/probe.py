@@ -23,22 +23,25 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
-from gpuscale import envinfo, fsutil
+from gpuscale import envinfo, fsutil, nets
 from gpuscale.settings import TrainSettings
 
 log = logging.getLogger("gpuscale.probe")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schema 1 counted its layers' FLOPs by torch's own formulas, whose weight gradient of a grouped convolution is
+# `groups` times too many (nets.CostCounter corrects it for the model facts), and timed the layers without their
+# input gradient: its depthwise and grouped rates are not in the facts' units (costmodel.from_probe drops them).
 KIND = "gpuscale.probe"
 # Shares of the budget. The convolutions carry most models' FLOPs; the loader needs its workers started.
 SHARES = {
-    "conv": 0.30,
-    "depthwise_conv": 0.07,
-    "grouped_conv": 0.07,
+    "conv": 0.25,
+    "depthwise_conv": 0.09,
+    "grouped_conv": 0.05,
     "linear": 0.08,
     "attention": 0.08,
+    "other": 0.05,
     "fixed": 0.08,
     "layers": 0.08,
     "host_to_device": 0.04,
@@ -107,32 +110,57 @@ def layer_cases(batch: int) -> dict[str, list[tuple[str, nn.Module, tuple]]]:
             ("conv3x3 256->256 @4x4", nn.Conv2d(256, 256, 3, padding=1, bias=False), (batch, 256, 4, 4)),
             ("conv1x1 256->64 @16x16", nn.Conv2d(256, 64, 1, bias=False), (batch, 256, 16, 16)),
         ],
+        # MobileNet/EfficientNet/ConvNeXt blocks on 32x32 images run their depthwise layers from 16x16 down to
+        # 1x1; CPU kernels slow down by two orders of magnitude per FLOP at the smallest sizes
         "depthwise_conv": [
-            ("depthwise3x3 128 @16x16", nn.Conv2d(128, 128, 3, padding=1, groups=128, bias=False), (batch, 128, 16, 16))
+            _grouped("depthwise3x3", 96, 96, 3, 16, batch),
+            _grouped("depthwise3x3", 144, 144, 3, 8, batch),
+            _grouped("depthwise3x3", 192, 192, 3, 4, batch),
+            _grouped("depthwise3x3", 576, 576, 3, 2, batch),
+            _grouped("depthwise3x3", 960, 960, 3, 1, batch),
+            _grouped("depthwise5x5", 672, 672, 5, 2, batch),
+            _grouped("depthwise7x7", 384, 384, 7, 2, batch),
         ],
+        # RegNet-style groups of 8 channels
         "grouped_conv": [
-            ("grouped3x3 128 g8 @16x16", nn.Conv2d(128, 128, 3, padding=1, groups=8, bias=False), (batch, 128, 16, 16))
+            _grouped("grouped3x3", 104, 13, 3, 8, batch),
+            _grouped("grouped3x3", 208, 26, 3, 4, batch),
+            _grouped("grouped3x3", 440, 55, 3, 1, batch),
         ],
         "linear": [("linear 192->768 x65 tokens", nn.Linear(192, 768), (batch, 65, 192))],
         "attention": [("attention 3 heads x192, 65 tokens", _Attention(192, 3), (batch, 65, 192))],
+        # normalisation and activations: modelfacts' "other", counted in output elements, not FLOPs
+        "other": [
+            ("batchnorm+relu 64 @16x16", nn.Sequential(nn.BatchNorm2d(64), nn.ReLU()), (batch, 64, 16, 16)),
+            ("batchnorm+silu 480 @2x2", nn.Sequential(nn.BatchNorm2d(480), nn.SiLU()), (batch, 480, 2, 2)),
+        ],
     }
 
 
-def train_flops(module: nn.Module, shape: tuple) -> int:
-    """Forward + backward FLOPs of one call at `shape`, counted on one image and scaled (linear in the batch)."""
-    x = torch.randn(1, *shape[1:])
-    with FlopCounterMode(display=False) as counter:
+def _grouped(name: str, channels: int, groups: int, kernel: int, size: int, batch: int) -> tuple[str, nn.Module, tuple]:
+    label = f"{name} {channels}" + (f" g{groups}" if groups != channels else "") + f" @{size}x{size}"
+    conv = nn.Conv2d(channels, channels, kernel, padding=kernel // 2, groups=groups, bias=False)
+    return label, conv, (batch, channels, size, size)
+
+
+def train_flops(module: nn.Module, shape: tuple, kind: str = "conv") -> int:
+    """Forward + backward work of one call at `shape` as the model facts count it (nets.CostCounter: FLOPs, or
+    for kind "other" output elements), the input's gradient included as inside a network; counted on two images
+    (batch norm needs more than one) and scaled, linear in the batch."""
+    x = torch.randn(2, *shape[1:], requires_grad=True)
+    with nets.CostCounter() as counter:
         module(x).sum().backward()
     module.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops()) * shape[0]
+    work = counter.flops["other"] if kind == "other" else sum(v for k, v in counter.flops.items() if k != "other")
+    return int(work) * shape[0] // 2
 
 
-def measure_kind(cases, device: torch.device, seconds: float) -> dict:
+def measure_kind(cases, device: torch.device, seconds: float, kind: str = "conv") -> dict:
     measurements, total_flops, total_seconds = [], 0, 0.0
     for label, module, shape in cases:
-        flops = train_flops(module, shape)
+        flops = train_flops(module, shape, kind)
         module = module.to(device)
-        x = torch.randn(*shape, device=device)
+        x = torch.randn(*shape, device=device, requires_grad=True)
 
         def step(module=module, x=x):
             module(x).sum().backward()
@@ -171,6 +199,16 @@ def _train_step(model: nn.Module, device: torch.device, batch: int):
 
 def tiny_model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
+
+
+def _work_seconds(model: nn.Module, kinds: dict, batch: int) -> float:
+    """A training step's FLOPs and elements by kind (nets' counting) at the kinds' measured rates; a kind not
+    measured counts at the dense convolution's rate."""
+    cost = nets.training_cost(model)["flops_by_kind"]
+    dense = kinds.get("conv", {}).get("flops_per_second")
+    if not dense:
+        return 0.0
+    return batch * sum(work / ((kinds.get(k) or {}).get("flops_per_second") or dense) for k, work in cost.items())
 
 
 def stacked_model(blocks: int) -> nn.Module:
@@ -287,14 +325,19 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     if quick:
         cases_by_kind = {"conv": cases_by_kind["conv"][1:2]}
     for kind, cases in cases_by_kind.items():
-        doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind])
-        log.info("probe %s: %s %.3g GFLOP/s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9)
+        doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind], kind)
+        unit = "G elements/s" if kind == "other" else "GFLOP/s"
+        log.info("probe %s: %s %.3g %s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9, unit)
     fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
     stacked, _ = _timed(
         _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
     )
     doc["fixed_step_seconds"] = fixed
-    doc["layer_seconds"] = max(0.0, stacked - fixed) / (2 * LAYER_STACK)
+    work = _work_seconds(stacked_model(LAYER_STACK), doc["kinds"], batch) - _work_seconds(
+        tiny_model(), doc["kinds"], batch
+    )
+    # what each further layer adds beyond its FLOPs and elements (charged at the rates measured above)
+    doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, work)) / (2 * LAYER_STACK)
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
     pipeline = input_pipeline(train, device, budget_seconds * SHARES["input_pipeline"])
