@@ -652,3 +652,33 @@ def test_the_reference_study_report_shows_the_validation_and_the_papers_hardware
     assert "No probe records of this host" in html  # no host table without probes
     assert "each model held out" in html and "target 15%" in html
     assert "0.19 of its resnet18 rate" in html  # the i9 on resnet50 against resnet18
+
+
+def test_misses_are_listed_per_check_each_named_once():
+    """Held-out misses and probe-only misses of two folders: one line per check and quantity, never merged."""
+
+    def row(source, model, device, error, calibration="records"):
+        return {
+            "source": source,
+            "model": model,
+            "device": device,
+            "variant": "paper",
+            "error_percent": error,
+            "calibration": calibration,
+        }
+
+    pred = {
+        "validation_summary": [],
+        "validation": [
+            row("reference/a", "m1", "cpu", 50.0),
+            row("reference/b", "m1", "cpu", -40.0),
+            row("reference/b (probe only)", "m2", "speedup", 90.0, "probe"),
+            row("reference/b", "m3", "cpu", 10.0),  # within the target: not listed
+        ],
+    }
+    misses = report.validation_verdicts(pred)["misses"]
+    assert misses == [
+        "reference/a: beyond 35% on the CPU epoch (paper variant): m1 +50%.",
+        "reference/b: beyond 35% on the CPU epoch (paper variant): m1 -40%.",
+        "reference/b (probe only): beyond 35% on the speedup (paper variant): m2 +90%.",
+    ]

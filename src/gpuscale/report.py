@@ -505,8 +505,9 @@ def validation_verdicts(pred: dict) -> dict[str, list[str]]:
 
 
 def _check_name(row: dict) -> str:
-    """Which check a validation row belongs to: the source's held-out fits, or its probe alone."""
-    return words.source_short(row["source"]) + (" (probe only)" if row.get("calibration") == "probe" else "")
+    """Which check a validation row belongs to: the source's held-out fits, or its probe alone (the probe-only
+    rows' source says so already)."""
+    return words.source_short(row["source"])
 
 
 def paper_verdicts(pred: dict) -> dict[str, list[str]]:
