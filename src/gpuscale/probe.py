@@ -328,14 +328,11 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
         doc["kinds"][kind] = measure_kind(cases, device, budget_seconds * SHARES[kind], kind)
         unit = "G elements/s" if kind == "other" else "GFLOP/s"
         log.info("probe %s: %s %.3g %s", device_slug, kind, doc["kinds"][kind]["flops_per_second"] / 1e9, unit)
-    fixed, _ = _timed(_train_step(tiny_model(), device, batch), device, budget_seconds * SHARES["fixed"])
-    stacked, _ = _timed(
-        _train_step(stacked_model(LAYER_STACK), device, batch), device, budget_seconds * SHARES["layers"]
-    )
+    tiny, stack = tiny_model(), stacked_model(LAYER_STACK)
+    fixed, _ = _timed(_train_step(tiny, device, batch), device, budget_seconds * SHARES["fixed"])
+    stacked, _ = _timed(_train_step(stack, device, batch), device, budget_seconds * SHARES["layers"])
     doc["fixed_step_seconds"] = fixed
-    work = _work_seconds(stacked_model(LAYER_STACK), doc["kinds"], batch) - _work_seconds(
-        tiny_model(), doc["kinds"], batch
-    )
+    work = _work_seconds(stack, doc["kinds"], batch) - _work_seconds(tiny, doc["kinds"], batch)
     # what each further layer adds beyond its FLOPs and elements (charged at the rates measured above)
     doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, work)) / (2 * LAYER_STACK)
     if not quick:

@@ -492,22 +492,18 @@ def validation_verdicts(pred: dict) -> dict[str, list[str]]:
             f"({s['worst_model']}; target {WORST_TARGET:.0f}%: {worst_word})."
         )
     misses = [r for r in pred["validation"] if r["variant"] == "paper" and abs(r["error_percent"]) > WORST_TARGET]
-    checks = dict.fromkeys(_check_name(r) for r in misses)  # a source's held-out check, then its probe-only one
-    for check in checks:
+    # one line per check (a folder's held-out fits, or its probe alone: those rows' source says so) and quantity
+    by_check: dict[tuple[str, str], list[dict]] = {}
+    for r in misses:
+        by_check.setdefault((words.source_short(r["source"]), r["device"]), []).append(r)
+    for check in dict.fromkeys(source for source, _ in by_check):
         for device in ("cpu", "cuda", "speedup"):
-            found = [r for r in misses if r["device"] == device and _check_name(r) == check]
+            found = sorted(by_check.get((check, device), []), key=lambda r: -abs(r["error_percent"]))
             if found:
-                found.sort(key=lambda r: -abs(r["error_percent"]))
                 listed = ", ".join(f"{r['model']} {r['error_percent']:+.0f}%" for r in found)
                 what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
                 misses_out.append(f"{check}: beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
     return {"targets": out, "misses": misses_out}
-
-
-def _check_name(row: dict) -> str:
-    """Which check a validation row belongs to: the source's held-out fits, or its probe alone (the probe-only
-    rows' source says so already)."""
-    return words.source_short(row["source"])
 
 
 def paper_verdicts(pred: dict) -> dict[str, list[str]]:
