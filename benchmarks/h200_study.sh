@@ -8,7 +8,7 @@
 # machine continues it from its last epoch; its record lists which process timed which epochs.
 # An argument overlay=FILE switches the overlay for the runs after it; an overlay with a `data:` section gets
 # its own prepared copy of the data (e.g. a smaller test set), prepared once. A run that would not finish inside
-# BUDGET seconds is skipped and says so. Runs write under $WORK (/tmp/gpuscale-study: it outlives the call while
+# BUDGET seconds is skipped and says so (so is one an earlier call of the same lease finished). Runs write under $WORK (/tmp/gpuscale-study: it outlives the call while
 # the machine stays warm); the records and logs finished in this call are packed as OUTDIR/records.tar and
 # OUTDIR/logs.tar (the device tool brings back no deep folders and a limited number of files).
 #   benchmarks/h200_study.sh ZIP OUTDIR BUDGET_SECONDS OVERLAY RUN|overlay=FILE...
@@ -45,6 +45,9 @@ for spec in "$@"; do
   if [[ -n "${sweep:-}" ]]; then file="${sweep/=/}-$file"; extra=(--sweep "$sweep"); fi
   if (( resume )); then RP=(--params /tmp/gpuscale-resume.yaml); fi
   name="$model-$device-${file%.json}"
+  if [[ -e $WORK/runs/$model/$device/$file ]] && (( ! resume )); then
+    echo "[$name already done in an earlier call of this lease: skipped]"; continue
+  fi
   log="$WORK/logs/$name.log"; n=1
   while [[ -e $log ]]; do n=$((n + 1)); log="$WORK/logs/$name.process$n.log"; done
   record="$WORK/runs/$model/$device/$file"

@@ -1,16 +1,19 @@
 """How well a probe record alone predicts each model's compute per training step on this machine.
 
     PYTHONPATH=src python benchmarks/probe_check.py PROBE.json [--threads N] [--models a,b,...] [--steps 3]
+        [--json OUT.json]
 
 For each model: seconds per training step (forward, backward, Adam step; batch 128 of SYNTHETIC random 32x32
-images, no input pipeline: compute alone) timed here after one warm-up step, beside the cost model's compute
-seconds per step from the probe record alone (costmodel.from_probe). It prints a table and the median and
-worst absolute error. A benchmark, not a test: it needs the probe to come from this machine, and it times.
+images, no input pipeline: compute alone) timed here on the probe's device after one warm-up step, beside the
+cost model's compute seconds per step from the probe record alone (costmodel.from_probe: the layer table where
+the probe has one, else the rates by kind). It prints a table and the median and worst absolute error, and with
+--json writes the rows. A benchmark, not a test: it needs the probe to come from this machine, and it times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -18,16 +21,17 @@ import time
 import torch
 
 from gpuscale import costmodel as cm
-from gpuscale import models, predict
+from gpuscale import models, probe
 
 BATCH = 128
 
 
-def step_seconds(name: str, steps: int) -> float:
+def step_seconds(name: str, steps: int, device: str = "cpu") -> float:
     torch.manual_seed(0)
-    model = models.MODELS[name].build(10).train()
+    model = models.MODELS[name].build(10).train().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))
+    x, y = torch.randn(BATCH, 3, 32, 32, device=device), torch.randint(0, 10, (BATCH,), device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     loss = torch.nn.CrossEntropyLoss()
 
     def step():
@@ -36,9 +40,11 @@ def step_seconds(name: str, steps: int) -> float:
         optimizer.step()
 
     step()
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     return (time.perf_counter() - start) / steps
 
 
@@ -48,22 +54,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--models", default=",".join(models.MODEL_NAMES))
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    probe = predict.load_probes([args.probe])
-    (device,) = probe
-    cal = cm.from_probe(probe[device])
+    doc = probe.load(args.probe)  # checked against its schema where jsonschema is installed (not on a bare GPU host)
+    device = doc["device"]
+    cal = cm.from_probe(doc)
     facts = cm.load_facts()
-    errors = []
+    errors, rows = [], []
     print(f"{'model':20s} {'measured s/step':>16s} {'probe-only s/step':>18s} {'error':>8s}   (synthetic images)")
     for name in args.models.split(","):
-        measured = step_seconds(name, args.steps)
+        measured = step_seconds(name, args.steps, device)
         predicted = cm.compute_seconds(cal, facts[name], BATCH, 1)
         error = cm.percent_error(predicted, measured)
         errors.append(abs(error))
-        print(f"{name:20s} {measured:16.4f} {predicted:18.4f} {error:+7.1f}%", flush=True)
+        path = "layer table" if cm.uses_table(cal, name) else "rates by kind"
+        rows.append({"model": name, "device": device, "measured": measured, "predicted": predicted, "path": path})
+        print(f"{name:20s} {measured:16.4f} {predicted:18.4f} {error:+7.1f}%   {path}", flush=True)
     print(f"median |error| {statistics.median(errors):.1f}%, worst {max(errors):.1f}% over {len(errors)} models")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"probe": args.probe, "threads": torch.get_num_threads(), "rows": rows}, out, indent=1)
     return 0
 
 

@@ -121,6 +121,64 @@ def test_the_fit_recovers_known_constants_and_leave_one_model_out_is_exact_on_ex
     assert constants["models"] == "m0,m1,m2,m3,m4,m5"
 
 
+def table_probe(device="cpu", fixed=0.01, optimizer=1e-9, table=None, pipeline=5000.0) -> dict:
+    """A schema-3 probe record with a layer table (per model seconds per image) and an optimizer rate."""
+    doc = probe_record(device, fixed=fixed, pipeline=pipeline, version=3)
+    table = table if table is not None else {"a": 2e-3, "b": 1e-5}
+    doc["optimizer_seconds_per_parameter"] = optimizer
+    doc["layer_table"] = {
+        "batch_size": 64,
+        "models": {m: {"seconds_per_image": v, "layer_calls": 3, "distinct_layer_calls": 2} for m, v in table.items()},
+        "models_not_timed": [],
+        "layers": [
+            {
+                "layer": "Conv2d(3, 8, kernel_size=(3, 3)) <- (3, 32, 32):0123:nograd",
+                "seconds_per_call": 1e-3,
+                "repeats": 3,
+            }
+        ],
+        "seconds": 1.0,
+    }
+    return doc
+
+
+def test_a_layer_table_prices_the_models_it_has_and_the_rates_by_kind_price_the_rest(tmp_path):
+    cal = cm.from_probe(table_probe())
+    # a: 10 steps * (0.01 + 1e6 parameters * 1e-9) + 1000 images * 2e-3 = 0.11 + 2.0 (FLOPs and layers unused)
+    assert cm.predict_epoch(cal, A, 1000, 100)["compute_seconds"] == pytest.approx(2.11, rel=1e-12)
+    # a model the table lacks: the rates by kind, as a schema-2 probe would price it
+    c = cm.ModelFacts("c", 10_000, 1e6, {"conv": 1e6}, layers=2)
+    assert cm.predict_epoch(cal, c, 1000, 100)["compute_seconds"] == pytest.approx(0.121, rel=1e-12)
+    assert cal.constants()["table_models"] == 2 and "table_seconds_per_image" not in cal.constants()
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(table_probe()))
+    assert predict.load_probes([path])["cpu"]["layer_table"]["batch_size"] == 64  # it passes the probe schema
+
+
+def test_records_fit_the_table_s_scale_and_the_fixed_step_and_held_out_models_go_through_the_table():
+    """Epochs made as 10 steps * 0.03 s + 1.5 x the table's seconds (optimizer included): the fit gives back 0.03
+    and 1.5, and leave-one-model-out predicts each model exactly from the others."""
+    table = {f"m{i}": v for i, v in enumerate([1e-4, 5e-4, 2e-3, 8e-3, 3e-2])}
+    params = {f"m{i}": 10 ** (4 + i) for i in range(5)}
+    prior = cm.from_probe(table_probe(table=table, optimizer=2e-9))
+    facts = {m: cm.ModelFacts(m, params[m], 1e9, {"conv": 1e9}, layers=1 + i) for i, m in enumerate(table)}
+    obs = [
+        cm.Observation(
+            "ref", "host1", m, "cpu", "paper", 10 * 0.03 + 1.5 * (1000 * t + 10 * params[m] * 2e-9), 1000, 10, 0.0, 1
+        )
+        for m, t in table.items()
+    ]
+    cal = cm.fit(obs, facts, prior)
+    assert cal.source == "records on the probe's layer table"
+    assert cal.fixed_step_seconds == pytest.approx(0.03, rel=1e-9)
+    assert cal.table_scale == pytest.approx(1.5, rel=1e-9)
+    assert cal.log_error == pytest.approx(0.0, abs=1e-9)
+    rows = cm.leave_one_model_out(obs, facts, {("cpu", "paper"): prior})
+    assert len(rows) == 5 and all(abs(r["error_percent"]) < 1e-6 for r in rows)
+    # without the table (no prior) the same epochs are fitted by FLOPs and layers, which cannot tell them apart
+    assert max(abs(r["error_percent"]) for r in cm.leave_one_model_out(obs, facts)) > 50
+
+
 def test_loader_bound_records_set_the_pipeline_rate_and_stay_out_of_the_compute_fit():
     facts, obs = synthetic_observations(device="cuda")
     obs = [cm.Observation(**{**o.__dict__, "data_wait_fraction": 0.0}) for o in obs]

@@ -12,6 +12,14 @@ with flops_k a model's training FLOPs per image of kind k (conv, depthwise_conv,
 attention, other; see modelfacts.json) and layers its parameterised layers (kernel launches grow with them).
 The constants come from a probe record of the device (calibrated from the probe alone), or are fitted by
 non-negative least squares to measured records of the same host (refined); every constant is reported.
+
+A schema-3 probe also times every distinct layer call of the registry's models as the network makes it (shape,
+memory format, input gradient: the kernel path a CPU picks), so for those models the compute side is
+
+    compute = steps * (fixed_step_seconds + table_scale * parameters * optimizer_seconds_per_parameter)
+              + images * table_scale * table_seconds_per_image[model]
+
+with table_scale 1 from the probe alone and fitted (with fixed_step_seconds) when records of the host exist.
 """
 
 from __future__ import annotations
@@ -178,10 +186,15 @@ class Calibration:
     log_error: float = NOMINAL_LOG_ERROR  # leave-one-model-out RMS of log(predicted / measured), or nominal
     models: tuple[str, ...] = ()
     scale: float = 1.0  # "probe scaled by records": the factor applied to the probe's compute
+    # a schema-3 probe's layer table: per registry model, the sum of its layer calls' measured seconds per image
+    table_seconds_per_image: dict[str, float] = field(default_factory=dict)
+    table_scale: float = 1.0  # fitted to records: measured compute / the table's (1 from the probe alone)
+    optimizer_seconds_per_parameter: float = 0.0
 
     def constants(self) -> dict:
         out = asdict(self)
         out["models"] = ",".join(self.models)
+        out["table_models"] = len(out.pop("table_seconds_per_image"))
         rates = out.pop("seconds_per_flop")
         for kind in KINDS:
             s = rates.get(kind)
@@ -189,7 +202,17 @@ class Calibration:
         return out
 
 
+def uses_table(cal: Calibration, model: str) -> bool:
+    return model in cal.table_seconds_per_image
+
+
 def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int) -> float:
+    """Compute seconds of an epoch: from the layer table where it has the model (the fixed step, the optimizer per
+    parameter, the model's measured layers per image), else from FLOPs by kind and layers."""
+    if uses_table(cal, facts.name):
+        per_step = cal.fixed_step_seconds + cal.table_scale * facts.parameters * cal.optimizer_seconds_per_parameter
+        per_image = cal.table_scale * cal.table_seconds_per_image[facts.name]
+        return cal.scale * (steps * per_step + images * per_image)
     per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
     kinds = facts.kind_flops()
     dense = cal.seconds_per_flop.get("conv", 0.0)
@@ -219,6 +242,7 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
     if "conv" not in rates:
         raise CostModelError("the probe record has no conv rate")
     pipeline = probe.get("input_pipeline_images_per_second")
+    table = (probe.get("layer_table") or {}).get("models") or {}
     return Calibration(
         device=probe["device"],
         variant=variant,
@@ -227,6 +251,8 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
         layer_seconds=float(probe.get("layer_seconds") or 0.0),
         seconds_per_flop={k: 1.0 / r for k, r in rates.items()},
         loader_seconds_per_image=(1.0 / pipeline) if pipeline and variant == "paper" else None,
+        table_seconds_per_image={name: float(m["seconds_per_image"]) for name, m in table.items()},
+        optimizer_seconds_per_parameter=float(probe.get("optimizer_seconds_per_parameter") or 0.0),
     )
 
 
@@ -286,6 +312,60 @@ def _fit_constants(obs: list[Observation], facts: dict[str, ModelFacts], prior: 
     return coef["fixed"], coef.get("layer", 0.0), rates
 
 
+def _fit_table(obs: list[Observation], facts: dict[str, ModelFacts], prior: Calibration) -> tuple[float, float]:
+    """NNLS of compute seconds on [steps, the probe's layer table + optimizer]: (fixed seconds per step, the
+    table's scale). Two constants: what a step costs beyond its layers, and how the table's isolated layers
+    compare with the same layers inside the network on the measured host."""
+    rows, targets = [], []
+    for o in obs:
+        table = o.images * prior.table_seconds_per_image[o.model]
+        optimizer = o.steps * facts[o.model].parameters * prior.optimizer_seconds_per_parameter
+        rows.append([o.steps, table + optimizer])
+        targets.append(o.epoch_seconds * (1.0 - (o.data_wait_fraction or 0.0)))
+    a, b = np.array(rows, dtype=float), np.array(targets)
+    weights = 1.0 / b
+    a = a * weights[:, None]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    fixed, scale = nnls(a / norms, b * weights) / norms
+    return float(fixed), float(scale)
+
+
+def _calibrate(
+    compute: list[Observation],
+    facts: dict[str, ModelFacts],
+    prior: Calibration | None,
+    device: str,
+    variant: str,
+) -> Calibration:
+    """The compute constants from compute-bound observations: fitted on the probe's layer table where it has
+    every model, else on FLOPs by kind and layers; with fewer than MIN_MODELS_FOR_FIT models the probe scaled by
+    one factor, or without a probe one dense rate through the origin; with none the probe's (or nothing)."""
+    based = {**asdict(prior), "device": device, "variant": variant} if prior is not None else None
+    if len(compute) >= MIN_MODELS_FOR_FIT and prior is not None and all(uses_table(prior, o.model) for o in compute):
+        fixed, table_scale = _fit_table(compute, facts, prior)
+        return Calibration(
+            **{
+                **based,
+                "source": "records on the probe's layer table",
+                "fixed_step_seconds": fixed,
+                "table_scale": table_scale,
+            }
+        )
+    if len(compute) >= MIN_MODELS_FOR_FIT:
+        fixed, layer, rates = _fit_constants(compute, facts, prior)
+        return Calibration(device, variant, "records", fixed, layer, rates)
+    if compute and prior is not None:
+        ratios = [o.epoch_seconds / compute_seconds(prior, facts[o.model], o.images, o.steps) for o in compute]
+        return Calibration(**{**based, "source": "probe scaled by records", "scale": float(statistics.median(ratios))})
+    if compute:
+        per_flop = statistics.median(
+            o.epoch_seconds / (o.images * facts[o.model].train_flops_per_image) for o in compute
+        )
+        return Calibration(device, variant, "records, one rate", 0.0, 0.0, {"conv": per_flop})
+    return Calibration(**based) if based else Calibration(device, variant, "records, loader only")
+
+
 def fit(
     obs: list[Observation],
     facts: dict[str, ModelFacts],
@@ -312,31 +392,10 @@ def fit(
     else:
         loader = prior.loader_seconds_per_image if prior else None
     models = tuple(sorted(o.model for o in obs))
-    if len(compute) >= MIN_MODELS_FOR_FIT:
-        fixed, layer, rates = _fit_constants(compute, facts, prior)
-        cal = Calibration(device, variant, "records", fixed, layer, rates, loader, models=models)
-    elif compute and prior is not None:
-        ratios = [o.epoch_seconds / compute_seconds(prior, facts[o.model], o.images, o.steps) for o in compute]
-        cal = Calibration(
-            device,
-            variant,
-            "probe scaled by records",
-            prior.fixed_step_seconds,
-            prior.layer_seconds,
-            dict(prior.seconds_per_flop),
-            loader,
-            models=models,
-            scale=float(statistics.median(ratios)),
-        )
-    elif compute:
-        per_flop = statistics.median(
-            o.epoch_seconds / (o.images * facts[o.model].train_flops_per_image) for o in compute
-        )
-        cal = Calibration(device, variant, "records, one rate", 0.0, 0.0, {"conv": per_flop}, loader, models=models)
-    else:  # loader-bound only: the compute side is the probe's, or unknown
-        base = prior or Calibration(device, variant, "records, loader only")
-        cal = Calibration(**{**asdict(base), "loader_seconds_per_image": loader, "models": models})
-        cal.source = f"{base.source}; loader from records"
+    cal = _calibrate(compute, facts, prior, device, variant)
+    cal.loader_seconds_per_image, cal.models = loader, models
+    if not compute:  # loader-bound only: the compute side is the probe's, or unknown
+        cal.source = f"{cal.source}; loader from records"
     if self_check and len({o.model for o in obs}) > MIN_MODELS_FOR_FIT:
         errors = []
         for o in obs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torchvision
@@ -206,3 +207,115 @@ def layer_count(model: nn.Module) -> int:
     inner = {id(m.out_proj) for m in attention}
     weighted = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)) and id(m) not in inner]
     return len(weighted) + len(attention)
+
+
+# ----------------------------------------------------------------------------- the layers a step calls
+
+
+def _stride_order(t: torch.Tensor) -> str:
+    """The tensor's dimensions from the largest stride to the smallest: '0123' for contiguous NCHW, '0231' for
+    channels-last (the memory format picks the CPU's kernel path)."""
+    strides = t.stride()
+    return "".join(str(i) for i in sorted(range(t.dim()), key=lambda i: (-strides[i], i)))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A layer input as the network passes it: shape without the batch, stride order, whether it needs a
+    gradient (every input after the first layer does), dtype."""
+
+    shape: tuple[int, ...]
+    order: str
+    requires_grad: bool
+    dtype: str
+
+    def make(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        dims = [int(c) for c in self.order]
+        full = (batch, *self.shape)
+        x = torch.randn([full[i] for i in dims], device=device, dtype=getattr(torch, self.dtype.split(".")[-1]))
+        x = x.permute([dims.index(i) for i in range(len(dims))])
+        return x.requires_grad_(self.requires_grad)
+
+
+@dataclass(frozen=True)
+class SameAs:
+    """An argument that is the same tensor as an earlier one (attention's query, key and value)."""
+
+    index: int
+
+
+@dataclass
+class LayerCall:
+    """One distinct call of a leaf module in a training step: the module, its arguments as specs, and how many
+    times per step a model makes it."""
+
+    key: str
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+
+    def inputs(self, batch: int, device) -> list:
+        made: list = []
+        for a in self.args:
+            if isinstance(a, SameAs):
+                made.append(made[a.index])
+            elif isinstance(a, TensorSpec):
+                made.append(a.make(batch, device))
+            else:
+                made.append(a)
+        return made
+
+
+def _leaf_modules(model: nn.Module) -> list[nn.Module]:
+    """Modules without children, and attention blocks whole (their out_proj is a parameter holder)."""
+    inside = {id(c) for m in model.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules() if c is not m}
+    return [
+        m
+        for m in model.modules()
+        if id(m) not in inside and (isinstance(m, nn.MultiheadAttention) or not list(m.children()))
+    ]
+
+
+def layer_calls(model: nn.Module, image_shape: tuple[int, int, int] = (3, 32, 32)) -> tuple[Counter, dict]:
+    """The leaf-module calls of one training step (forward + backward on a batch of 2 images, on a deep copy):
+    ({key: calls per step}, {key: LayerCall}). The key names the module, its input shapes (batch excluded), stride
+    orders and gradient needs: calls with equal keys cost the same. Operations outside leaf modules (residual
+    additions, reshapes, channel shuffles) are not calls."""
+    calls: Counter = Counter()
+    protos: dict[str, LayerCall] = {}
+
+    def record(module, args, kwargs):
+        specs: list = []
+        seen: dict[int, int] = {}
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if id(a) in seen:
+                    specs.append(SameAs(seen[id(a)]))
+                    continue
+                seen[id(a)] = len(specs)
+                specs.append(TensorSpec(tuple(a.shape[1:]), _stride_order(a), a.requires_grad, str(a.dtype)))
+            else:
+                specs.append(a)
+        text = ", ".join(
+            f"{tuple(s.shape)}:{s.order}{'' if s.requires_grad else ':nograd'}"
+            if isinstance(s, TensorSpec)
+            else f"same as {s.index}"
+            if isinstance(s, SameAs)
+            else repr(s)
+            for s in specs
+        )
+        options = "".join(f", {k}={v!r}" for k, v in sorted(kwargs.items()))
+        key = f"{type(module).__name__}({module.extra_repr()}) <- {text}{options}"
+        calls[key] += 1
+        if key not in protos:
+            protos[key] = LayerCall(key, module, tuple(specs), dict(kwargs))
+
+    with torch.random.fork_rng(devices=[]):
+        probe = copy.deepcopy(model).cpu().train()
+        hooks = [m.register_forward_pre_hook(record, with_kwargs=True) for m in _leaf_modules(probe)]
+        try:
+            probe(torch.randn(2, *image_shape)).sum().backward()
+        finally:
+            for h in hooks:
+                h.remove()
+    return calls, protos

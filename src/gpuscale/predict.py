@@ -197,8 +197,15 @@ def validation(
     for name, records in references.items():
         obs = cm.observations(records, name)
         mine = _facts(records, facts)
-        got = cm.leave_one_model_out(obs, mine)
         folder_probes = (probes or {}).get(name) or {}
+        # a probe with a layer table describes each model (its layers, measured on this host): held-out
+        # models are predicted through it; probes without one leave the fit to the records alone
+        priors = {
+            (device, "paper"): cm.from_probe(p)
+            for device, p in folder_probes.items()
+            if p.get("status") == "measured" and p.get("layer_table")
+        }
+        got = cm.leave_one_model_out(obs, mine, priors)
         if folder_probes:
             alone = probe_only(obs, mine, folder_probes)
             got += alone

@@ -12,6 +12,7 @@ Training side: imports torch, never analysis or reporting libraries.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -29,24 +30,34 @@ from gpuscale.settings import TrainSettings
 
 log = logging.getLogger("gpuscale.probe")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Schema 3 adds the layer table: every distinct layer call of the registry's models timed as the network makes it.
 # Schema 1 counted its layers' FLOPs by torch's own formulas, whose weight gradient of a grouped convolution is
 # `groups` times too many (nets.CostCounter corrects it for the model facts), and timed the layers without their
 # input gradient: its depthwise and grouped rates are not in the facts' units (costmodel.from_probe drops them).
 KIND = "gpuscale.probe"
-# Shares of the budget. The convolutions carry most models' FLOPs; the loader needs its workers started.
+# Shares of the budget. The layer table prices the registry's models; the rates by kind price any other model
+# (and the quick rate check); the loader needs its workers started.
 SHARES = {
-    "conv": 0.25,
-    "depthwise_conv": 0.09,
-    "grouped_conv": 0.05,
-    "linear": 0.08,
-    "attention": 0.08,
-    "other": 0.05,
-    "fixed": 0.08,
-    "layers": 0.08,
-    "host_to_device": 0.04,
-    "input_pipeline": 0.20,
+    "conv": 0.06,
+    "depthwise_conv": 0.03,
+    "grouped_conv": 0.02,
+    "linear": 0.02,
+    "attention": 0.02,
+    "other": 0.02,
+    "fixed": 0.03,
+    "layers": 0.03,
+    "optimizer": 0.02,
+    "host_to_device": 0.02,
+    "input_pipeline": 0.13,
+    "layer_table": 0.60,
 }
+# The layer table's batch on a CPU (at most train.batch_size): per image, the CPU's layers cost about the same at
+# 64 as at 128 (dev box, 23 models), in half the probe's time. A GPU's is the training batch (its small batches
+# are launch-bound, not cheaper per image).
+TABLE_BATCH_CPU = 64
+# Each distinct layer call is repeated for at least this long after its warm-up call (at least once).
+TABLE_SECONDS_PER_LAYER = 0.003
 LAYER_STACK = 16  # conv + batch-norm blocks in the per-layer measurement: 2 parameterised layers each
 
 
@@ -218,6 +229,69 @@ def stacked_model(blocks: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
 
 
+def optimizer_seconds(device: torch.device, seconds: float) -> float:
+    """Seconds per parameter of an Adam step (the training loop's optimizer) over 8M parameters in 64 tensors,
+    gradients set: a model's step pays it per parameter (memory-bound elementwise updates)."""
+    params = [torch.zeros(1 << 17, device=device, requires_grad=True) for _ in range(64)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.Adam(params, lr=1e-3)
+    per_step, _ = _timed(optimizer.step, device, seconds)
+    return per_step / sum(p.numel() for p in params)
+
+
+def _layer_step(call: nets.LayerCall, device: torch.device, batch: int):
+    """One layer call's forward and backward as the network makes it (its input's gradient where the network
+    needs one), on a fresh copy of the module."""
+    module = copy.deepcopy(call.module).to(device).train()
+    inputs = call.inputs(batch, device)
+    inplace = bool(getattr(module, "inplace", False))
+
+    def step():
+        args = [a.clone() if inplace and isinstance(a, torch.Tensor) else a for a in inputs]
+        out = module(*args, **call.kwargs)
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        grads = [o.sum() for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+        if grads:
+            sum(grads).backward()
+
+    return step
+
+
+def layer_table(device: torch.device, batch: int, seconds: float, names: list[str] | None = None) -> dict:
+    """Every distinct leaf-layer call of the registry's models (nets.layer_calls) timed forward + backward at
+    `batch`, the models in registry order until `seconds` are spent; per model, the sum over its calls, per image.
+    A model whose calls were not all timed in time is left out (the cost model falls back to its rates by kind)."""
+    from gpuscale import models
+
+    start = time.perf_counter()
+    timed: dict[str, dict] = {}
+    per_model: dict[str, dict] = {}
+    skipped: list[str] = []
+    for name in names or list(models.MODEL_NAMES):
+        if time.perf_counter() - start > seconds:
+            skipped.append(name)
+            continue
+        torch.manual_seed(0)
+        calls, protos = nets.layer_calls(models.MODELS[name].build(10))
+        for key, call in protos.items():
+            if key not in timed:
+                per_call, count = _timed(_layer_step(call, device, batch), device, TABLE_SECONDS_PER_LAYER, 50)
+                timed[key] = {"layer": key, "seconds_per_call": per_call, "repeats": count}
+        per_model[name] = {
+            "seconds_per_image": sum(n * timed[key]["seconds_per_call"] for key, n in calls.items()) / batch,
+            "layer_calls": sum(calls.values()),
+            "distinct_layer_calls": len(calls),
+        }
+    return {
+        "batch_size": batch,
+        "models": per_model,
+        "models_not_timed": skipped,
+        "layers": sorted(timed.values(), key=lambda row: row["layer"]),
+        "seconds": time.perf_counter() - start,
+    }
+
+
 def host_to_device(device: torch.device, seconds: float) -> float | None:
     if device.type != "cuda":
         return None
@@ -293,6 +367,8 @@ def run(
         "kinds": {},
         "fixed_step_seconds": None,
         "layer_seconds": None,
+        "optimizer_seconds_per_parameter": None,
+        "layer_table": None,
         "host_to_device_bytes_per_second": None,
         "input_pipeline_images_per_second": None,
         "input_pipeline": None,
@@ -335,8 +411,20 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     work = _work_seconds(stack, doc["kinds"], batch) - _work_seconds(tiny, doc["kinds"], batch)
     # what each further layer adds beyond its FLOPs and elements (charged at the rates measured above)
     doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, work)) / (2 * LAYER_STACK)
+    doc["optimizer_seconds_per_parameter"] = optimizer_seconds(device, budget_seconds * SHARES["optimizer"])
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
+        table_batch = min(batch, TABLE_BATCH_CPU) if device.type == "cpu" else batch
+        table = layer_table(device, table_batch, budget_seconds * SHARES["layer_table"])
+        doc["layer_table"] = table
+        log.info(
+            "probe %s: layer table, %d distinct layer calls of %d models in %.1f s (not timed: %s)",
+            device_slug,
+            len(table["layers"]),
+            len(table["models"]),
+            table["seconds"],
+            ", ".join(table["models_not_timed"]) or "none",
+        )
     pipeline = input_pipeline(train, device, budget_seconds * SHARES["input_pipeline"])
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]

@@ -166,6 +166,9 @@ COLUMNS = {
     "loader_seconds_per_image": "input pipeline, seconds per image",
     "log_error": "RMS log error (leave one out)",
     "scale": "scale on the probe",
+    "table_scale": "scale on the layer table",
+    "table_models": "models in the layer table",
+    "optimizer_seconds_per_parameter": "optimizer, seconds per parameter",
 }
 # a measured column beside a prediction: '<source>: <column>' reads '<source>, measured: <words>'
 MEASURED_BESIDE = ": "
