@@ -286,7 +286,7 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     assert [(r["model"], r["device"]) for r in got["host"]] == [("m0", "cpu"), ("m3", "cpu")]
     assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
     speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
-    assert [s["source"] for s in speedups] == [f"{ref} (probe only)", str(ref)]
+    assert [s["source"] for s in speedups] == [str(ref), f"{ref} (probe only)"]
     assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
     assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
     assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
@@ -303,7 +303,7 @@ def test_a_validation_folder_is_checked_like_a_reference_but_is_no_source_of_the
     predict.run([probes], [], out, ["m0"], images=1000, batch_size=100, facts_path=facts, validation_folders=[str(ref)])
     got = predict.tables(out)
     speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
-    assert [s["source"] for s in speedups] == [f"{ref} (probe only)", str(ref)]
+    assert [s["source"] for s in speedups] == [str(ref), f"{ref} (probe only)"]
     assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
     assert not [r for r in got["paper"] if r["source"] == str(ref)]  # measured rows come from report.reference only
     # named twice (a reference and a validation folder): checked once
@@ -311,6 +311,33 @@ def test_a_validation_folder_is_checked_like_a_reference_but_is_no_source_of_the
     assert len([s for s in predict.tables(out)["validation_summary"] if s["source"] == str(ref)]) == 3
     with pytest.raises(cm.CostModelError, match=r"gone: no such folder \(report.reference / predict.validate_on\)"):
         predict.run([probes], [], out, ["m0"], facts_path=facts, validation_folders=[str(tmp_path / "gone")])
+
+
+def test_a_folder_whose_cpu_probe_has_a_layer_table_is_also_held_out_on_it_and_a_gpu_s_table_is_not_used(
+    tmp_path, monkeypatch
+):
+    ref, probes, facts_path = synthetic_study(tmp_path, monkeypatch)
+    facts = cm.load_facts(facts_path)
+    # the table that, with a 0.02 s fixed step, makes the CPU epochs exactly (10 steps, 1000 images)
+    table = {m: (10 * f.layers * 0.002 + 1000 * f.train_flops_per_image * 1e-11) / 1000 for m, f in facts.items()}
+    cpu = {**table_probe("cpu", fixed=0.02, optimizer=0.0, table=table, pipeline=1e12), "kinds": {}}
+    cpu["kinds"] = {"conv": {"flops_per_second": 1e11, "measurements": []}}
+    (ref / "probe" / "cpu.json").write_text(json.dumps(cpu))
+    gpu = table_probe("cuda", fixed=0.02, table={m: 1.0 for m in table}, pipeline=1e12)
+    gpu["kinds"] = {"conv": {"flops_per_second": 1e13, "measurements": []}}
+    gpu["layer_seconds"] = 0.002
+    (ref / "probe" / "cuda.json").write_text(json.dumps(gpu))
+    assert cm.from_probe(gpu).table_seconds_per_image == {}  # a GPU's layer table prices nothing
+    out = tmp_path / "out"
+    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
+    got = predict.tables(out)
+    checks = [s["source"] for s in got["validation_summary"] if s["device"] == "speedup"]
+    assert checks == [str(ref), f"{ref} (held out, layer table)", f"{ref} (probe only)"]
+    on_table = [r for r in got["validation"] if r["source"] == f"{ref} (held out, layer table)"]
+    assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
+    cpu_rows = [r for r in on_table if r["device"] == "cpu"]
+    assert {r["calibration"] for r in cpu_rows} == {"records on the probe's layer table"}
+    assert all(s["models"] == 6 for s in got["validation_summary"])  # each check counts its own rows only
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):

@@ -48,6 +48,56 @@ def test_the_probe_counts_a_layer_s_work_in_the_model_facts_units():
     assert elements >= 4 * 4 * 16 * 64  # output elements as modelfacts' "other": forward and backward of both ops
 
 
+def test_layer_calls_name_each_distinct_call_as_the_network_makes_it():
+    """A module called twice counts twice; the first layer's input needs no gradient, later ones do; a
+    channels-last input (convnext's permutes) is a different call from a contiguous one of the same shape."""
+    import torch
+    from torch import nn
+
+    from gpuscale import nets
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.relu = nn.ReLU()
+            self.mix = nn.Conv2d(8, 8, 1)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x):
+            x = self.relu(self.conv(x))
+            x = self.relu(self.mix(x))
+            x = self.mix(x.contiguous(memory_format=torch.channels_last))
+            return self.head(x.mean((2, 3)))
+
+    calls, protos = nets.layer_calls(Net(), (3, 8, 8))
+    assert calls == {
+        "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1)) <- (3, 8, 8):0123:nograd": 1,
+        "ReLU() <- (8, 8, 8):0123": 2,
+        "Conv2d(8, 8, kernel_size=(1, 1), stride=(1, 1)) <- (8, 8, 8):0123": 1,
+        "Conv2d(8, 8, kernel_size=(1, 1), stride=(1, 1)) <- (8, 8, 8):0231": 1,
+        "Linear(in_features=8, out_features=2, bias=True) <- (8,):01": 1,
+    }
+    made = protos["Conv2d(8, 8, kernel_size=(1, 1), stride=(1, 1)) <- (8, 8, 8):0231"].inputs(4, "cpu")[0]
+    assert made.shape == (4, 8, 8, 8) and made.is_contiguous(memory_format=torch.channels_last) and made.requires_grad
+
+
+def test_the_layer_table_sums_each_model_s_timed_calls_per_image_and_says_what_the_budget_left_out():
+    import torch
+
+    from gpuscale import models, nets
+
+    table = probe.layer_table(torch.device("cpu"), 4, 30.0, names=["simplecnn_half"])
+    calls, _ = nets.layer_calls(models.MODELS["simplecnn_half"].build(10))
+    seconds = {row["layer"]: row["seconds_per_call"] for row in table["layers"]}
+    assert set(seconds) == set(calls)
+    expected = sum(n * seconds[key] for key, n in calls.items()) / 4
+    assert table["models"]["simplecnn_half"]["seconds_per_image"] == pytest.approx(expected, rel=1e-12)
+    assert table["models"]["simplecnn_half"]["layer_calls"] == sum(calls.values()) == 13
+    none = probe.layer_table(torch.device("cpu"), 4, 0.0, names=["simplecnn_half", "resnet18"])
+    assert none["models"] == {} and none["models_not_timed"] == ["simplecnn_half", "resnet18"]
+
+
 def test_probe_of_a_missing_device_records_why():
     import torch
 

@@ -241,8 +241,13 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
         rates = {k: r for k, r in rates.items() if k not in ("depthwise_conv", "grouped_conv")}
     if "conv" not in rates:
         raise CostModelError("the probe record has no conv rate")
-    pipeline = probe.get("input_pipeline_images_per_second")
-    table = (probe.get("layer_table") or {}).get("models") or {}
+    # the pipeline as training sees it (a step on each batch) where the probe measured it (schema 3), else alone
+    with_step = ((probe.get("input_pipeline") or {}).get("with_step") or {}).get("images_per_second")
+    pipeline = with_step or probe.get("input_pipeline_images_per_second")
+    # the layer table prices CPUs only: a GPU's isolated layers are launch-bound, the harness's own launches
+    # (sum, backward call) included, and cost 2-4x what the same layers cost inside an asynchronous step
+    # (H200, 2026-12-03); GPU probes no longer time it
+    table = ((probe.get("layer_table") or {}).get("models") or {}) if probe["device"].startswith("cpu") else {}
     return Calibration(
         device=probe["device"],
         variant=variant,

@@ -188,34 +188,44 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
     return rows
 
 
+def _held_out_on_layer_table(
+    obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict[str, dict], summary: list[dict]
+) -> list[dict]:
+    """Leave-one-model-out again, the CPU's constants fitted on the folder's probe's layer table (fixed step and
+    the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'."""
+    priors = {}
+    for device, p in probes.items():
+        if p.get("status") == "measured" and cm.from_probe(p).table_seconds_per_image:
+            priors[(device, "paper")] = cm.from_probe(p)
+    if not priors:
+        return []
+    source = f"{obs[0].source} (held out, layer table)" if obs else ""
+    rows = [{**r, "source": source} for r in cm.leave_one_model_out(obs, facts, priors)]
+    for s in cm.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+        summary.append({"source": source, **s})
+    return rows
+
+
 def validation(
     references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts], probes: dict[str, dict] | None = None
 ) -> tuple[list, list, list]:
     """Leave-one-model-out per reference study; and, where the study ships probe records (<folder>/probe/
-    <device>.json, made on its host), every model predicted from those probes alone."""
+    <device>.json, made on its host), every model predicted from those probes alone and, where the CPU's probe
+    has a layer table, held out again with the CPU fitted on it. Each check is summarised under its own source."""
     rows, summary, constants = [], [], []
     for name, records in references.items():
         obs = cm.observations(records, name)
         mine = _facts(records, facts)
         folder_probes = (probes or {}).get(name) or {}
-        # a probe with a layer table describes each model (its layers, measured on this host): held-out
-        # models are predicted through it; probes without one leave the fit to the records alone
-        priors = {
-            (device, "paper"): cm.from_probe(p)
-            for device, p in folder_probes.items()
-            if p.get("status") == "measured" and p.get("layer_table")
-        }
-        got = cm.leave_one_model_out(obs, mine, priors)
+        held_out = cm.leave_one_model_out(obs, mine)
+        for s in cm.summarize(held_out, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+            summary.append({"source": name, **s})
+        rows += held_out + _held_out_on_layer_table(obs, mine, folder_probes, summary)
         if folder_probes:
             alone = probe_only(obs, mine, folder_probes)
-            got += alone
+            rows += alone
             for s in cm.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
                 summary.append({"source": f"{name} (probe only)", **s})
-        rows += got
-        for s in cm.summarize(
-            [r for r in got if r["calibration"] != "probe"], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT
-        ):
-            summary.append({"source": name, **s})
         for device, variant in sorted({(o.device, o.variant) for o in obs}):
             group = [o for o in obs if o.device == device and o.variant == variant]
             cal = cm.fit(group, mine, None, device, variant)

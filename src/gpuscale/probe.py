@@ -4,7 +4,9 @@ Sustained forward+backward throughput of representative layers (dense convolutio
 model ladder runs at on 32x32 images, a depthwise and a grouped convolution, a matrix multiply, an
 attention block), the fixed cost of a step (a tiny model: launches and the optimizer), the cost each
 further layer adds, host-to-device bandwidth (cuda), and the host input pipeline's images/s at the
-configured workers and transforms on synthetic uint8 images. Written as a probe record
+configured workers and transforms on synthetic uint8 images (alone, and with a training step on each batch), the
+optimizer's cost per parameter and, on a CPU, the layer table: every distinct layer call of the registry's
+models timed as the network makes it (the kernel paths rates by kind cannot tell apart). Written as a probe record
 (schemas/probe-record.schema.json) with the host fingerprint, as run records carry it.
 
 Training side: imports torch, never analysis or reporting libraries.
@@ -269,7 +271,7 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
     per_model: dict[str, dict] = {}
     skipped: list[str] = []
     for name in names or list(models.MODEL_NAMES):
-        if time.perf_counter() - start > seconds:
+        if time.perf_counter() - start >= seconds:
             skipped.append(name)
             continue
         torch.manual_seed(0)
@@ -305,8 +307,11 @@ def host_to_device(device: torch.device, seconds: float) -> float | None:
     return source.numel() / per_copy
 
 
-def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, images: int = 4096) -> dict:
-    """images/s of the `paper` host DataLoader (configured workers and transforms) on synthetic uint8 images."""
+def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, images: int = 16384, step=None) -> dict:
+    """images/s of the `paper` host DataLoader (configured workers and transforms) on synthetic uint8 images, worker
+    start-up excluded; with `step`, each batch is also copied to the device and a training step run on it, as the
+    training loop does (the main process's own share of loading, the batch's collation and pinning, then waits
+    for the step: the rate training sees when the compute is small)."""
     from gpuscale import data as data_stage
     from gpuscale import loaders
 
@@ -321,14 +326,18 @@ def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, i
     )
     loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
     batches, seen, start, first = 0, 0, time.perf_counter(), None
-    for x, _ in loader:
+    for x, y in loader:
+        if step is not None:
+            step(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
         if first is None:  # worker start-up is not the pipeline's rate
+            _sync(device)
             first, start = x.shape[0], time.perf_counter()
             continue
         seen += x.shape[0]
         batches += 1
         if time.perf_counter() - start >= seconds:
             break
+    _sync(device)
     elapsed = time.perf_counter() - start
     return {
         "images_per_second": seen / elapsed if seen else None,
@@ -336,6 +345,20 @@ def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, i
         "num_workers": train.loader.num_workers,
         "batch_size": train.batch_size,
     }
+
+
+def _tiny_step(device: torch.device):
+    """A training step of the tiny model on a given batch (the fixed step's model)."""
+    model = tiny_model().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    criterion = nn.CrossEntropyLoss()
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        criterion(model(x.float()), y).backward()
+        optimizer.step()
+
+    return step
 
 
 def run(
@@ -414,8 +437,8 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     doc["optimizer_seconds_per_parameter"] = optimizer_seconds(device, budget_seconds * SHARES["optimizer"])
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
-        table_batch = min(batch, TABLE_BATCH_CPU) if device.type == "cpu" else batch
-        table = layer_table(device, table_batch, budget_seconds * SHARES["layer_table"])
+    if not quick and device.type == "cpu":  # a GPU's isolated layers are launch-bound: see costmodel.from_probe
+        table = layer_table(device, min(batch, TABLE_BATCH_CPU), budget_seconds * SHARES["layer_table"])
         doc["layer_table"] = table
         log.info(
             "probe %s: layer table, %d distinct layer calls of %d models in %.1f s (not timed: %s)",
@@ -425,7 +448,10 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
             table["seconds"],
             ", ".join(table["models_not_timed"]) or "none",
         )
-    pipeline = input_pipeline(train, device, budget_seconds * SHARES["input_pipeline"])
+    share = budget_seconds * SHARES["input_pipeline"]
+    pipeline = input_pipeline(train, device, share / 2)
+    if not quick:
+        pipeline["with_step"] = input_pipeline(train, device, share / 2, step=_tiny_step(device))
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(
