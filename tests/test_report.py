@@ -640,7 +640,8 @@ def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_meas
     assert "hand-written, measured: speedup (×)" in host["header"]
     assert [row[0]["text"] for row in host["rows"]] == ["simplecnn", "resnet50"]
     assert any("MISSED" in v and "37.5%" in v for v in section["verdicts"]["targets"])  # said plainly
-    assert any("resnet50 -38%" in v for v in section["verdicts"]["misses"])
+    assert any("resnet50 −38%" in v for v in section["verdicts"]["misses"])
+    assert section["verdicts"]["targets"][0].startswith("No check meets both targets. Best median error")
     assert section["paper"] is None and section["paper_verdicts"] == {"main": [], "rates": []}
 
 
@@ -678,7 +679,7 @@ def test_misses_are_listed_per_check_each_named_once():
     }
     misses = report.validation_verdicts(pred)["misses"]
     assert misses == [
-        "reference/a: beyond 35% on the CPU epoch (paper variant): m1 +50%.",
-        "reference/b: beyond 35% on the CPU epoch (paper variant): m1 -40%.",
-        "reference/b (probe only): beyond 35% on the speedup (paper variant): m2 +90%.",
+        "a, held out: beyond 35% on the CPU epoch (paper variant): m1 +50%.",
+        "b, held out: beyond 35% on the CPU epoch (paper variant): m1 −40%.",
+        "b, probes alone: beyond 35% on the speedup (paper variant): m2 +90%.",
     ]

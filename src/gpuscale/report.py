@@ -449,13 +449,26 @@ def predicted_host_table(pred: dict) -> dict | None:
     )
 
 
+def _by_check(rows: list[dict]) -> list[dict]:
+    """Validation rows with their source split into the study folder and the check (words.check_of)."""
+    out = []
+    for r in rows:
+        study, check = words.check_of(r["source"])
+        out.append({"study": study, "check": check, **{k: v for k, v in r.items() if k != "source"}})
+    return out
+
+
 def validation_summary_table(pred: dict) -> dict | None:
     rows = pred["validation_summary"]
     if not rows:
         return None
+    rows = [
+        {**r, "meets_target": {True: "yes", False: "no"}.get(r["meets_target"], "(speedup only)")}
+        for r in _by_check(rows)
+    ]
     return table(
         "validation_summary",
-        f"The cost model checked: each model held out and predicted from the others (targets for the speedup: "
+        f"The cost model's checks: errors per study folder, check, device and variant (targets, for the speedup: "
         f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%)",
         _frame(rows),
     )
@@ -465,8 +478,8 @@ def validation_rows_table(pred: dict) -> dict | None:
     rows = pred["validation"]
     if not rows:
         return None
-    columns = ["source", "model", "device", "variant", "predicted", "measured", "error_percent", "bound"]
-    return table("validation", "Every held-out prediction against its measurement", _frame(rows), columns)
+    columns = ["study", "check", "model", "device", "variant", "predicted", "measured", "error_percent", "bound"]
+    return table("validation", "Every checked prediction against its measurement", _frame(_by_check(rows)), columns)
 
 
 def paper_table(pred: dict) -> dict | None:
@@ -480,30 +493,55 @@ def validation_verdicts(pred: dict) -> dict[str, list[str]]:
     """targets: per source and variant, the speedup's median and worst error against the targets, said plainly;
     misses: the predictions beyond the worst-case target on each device."""
     out, misses_out = [], []
-    for s in pred["validation_summary"]:
-        if s["device"] != "speedup":
-            continue
+    speedups = [s for s in pred["validation_summary"] if s["device"] == "speedup"]
+    for s in speedups:
         median, worst = s["median_abs_error_percent"], s["worst_abs_error_percent"]
         median_word = "met" if median <= MEDIAN_TARGET else "MISSED"
         worst_word = "met" if worst <= WORST_TARGET else "MISSED"
+        study, check = words.check_of(s["source"])
         out.append(
-            f"{words.source_short(s['source'])}, {s['variant']} variant, {s['models']} models: the predicted speedup's "
+            f"{study}, {check}, {s['variant']} variant, {s['models']} models: the predicted speedup's "
             f"median error is {median:.1f}% (target {MEDIAN_TARGET:.0f}%: {median_word}), its worst {worst:.1f}% "
             f"({s['worst_model']}; target {WORST_TARGET:.0f}%: {worst_word})."
         )
+    if speedups:
+        out.insert(0, _overall_verdict(speedups))
     misses = [r for r in pred["validation"] if r["variant"] == "paper" and abs(r["error_percent"]) > WORST_TARGET]
     # one line per check (a folder's held-out fits, or its probe alone: those rows' source says so) and quantity
     by_check: dict[tuple[str, str], list[dict]] = {}
     for r in misses:
-        by_check.setdefault((words.source_short(r["source"]), r["device"]), []).append(r)
-    for check in dict.fromkeys(source for source, _ in by_check):
+        by_check.setdefault((r["source"], r["device"]), []).append(r)
+    for source in dict.fromkeys(source for source, _ in by_check):
+        study, check = words.check_of(source)
         for device in ("cpu", "cuda", "speedup"):
-            found = sorted(by_check.get((check, device), []), key=lambda r: -abs(r["error_percent"]))
+            found = sorted(by_check.get((source, device), []), key=lambda r: -abs(r["error_percent"]))
             if found:
-                listed = ", ".join(f"{r['model']} {r['error_percent']:+.0f}%" for r in found)
+                listed = ", ".join(
+                    f"{r['model']} {words.percent(r['error_percent'] / 100, 0, sign=True)}" for r in found
+                )
                 what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
-                misses_out.append(f"{check}: beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}.")
+                misses_out.append(
+                    f"{study}, {check}: beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}."
+                )
     return {"targets": out, "misses": misses_out}
+
+
+def _overall_verdict(speedups: list[dict]) -> str:
+    """One sentence over every check's speedup: how many meet both targets, the best median and the best worst."""
+    met = [s for s in speedups if s["meets_target"]]
+    best_median = min(speedups, key=lambda s: s["median_abs_error_percent"])
+    best_worst = min(speedups, key=lambda s: s["worst_abs_error_percent"])
+
+    def named(s: dict) -> str:
+        study, check = words.check_of(s["source"])
+        return f"{study}, {check}, {s['variant']}"
+
+    verdict = f"{len(met)} of {len(speedups)} checks meet both targets" if met else "No check meets both targets"
+    median, worst = best_median["median_abs_error_percent"], best_worst["worst_abs_error_percent"]
+    return (
+        f"{verdict}. Best median error of the speedup: {median:.1f}% ({named(best_median)}); "
+        f"best worst: {worst:.1f}% ({named(best_worst)})."
+    )
 
 
 def paper_verdicts(pred: dict) -> dict[str, list[str]]:
@@ -552,6 +590,12 @@ def prediction_section(pred: dict | None) -> dict | None:
         "host": predicted_host_table(pred),
         "summary": validation_summary_table(pred),
         "verdicts": validation_verdicts(pred),
+        "targets": f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%",
+        "check_key": {
+            check: meaning
+            for check, meaning in words.CHECK_KEY.items()
+            if check in {words.check_of(s["source"])[1] for s in pred["validation_summary"]}
+        },
         "rows": validation_rows_table(pred),
         "paper": paper_table(pred),
         "paper_verdicts": paper_verdicts(pred),

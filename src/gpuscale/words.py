@@ -12,6 +12,8 @@ import re
 # column -> what a reader sees (unit in the words, never a bare identifier)
 COLUMNS = {
     "source": "source",
+    "study": "study folder",
+    "check": "check",
     "model": "model",
     "device": "device",
     "variant": "variant",
@@ -237,6 +239,27 @@ def fit(name: str) -> str:
 def source_short(source: str) -> str:
     """'reference: h200-2026-12-02' -> 'h200-2026-12-02'; 'paper: RTX 3050 vs i9-14900K' stays."""
     return source.removeprefix("reference: ")
+
+
+# The cost model's checks of a study folder, by the suffix predict.validation gives their rows' source
+HELD_OUT = "held out"
+CHECKS = {" (held out, layer table)": "held out, CPU on the layer table", " (probe only)": "probes alone"}
+CHECK_KEY = {
+    HELD_OUT: "each model held out (its records left out), the constants fitted on the other models' records "
+    "of the folder, the model predicted",
+    "held out, CPU on the layer table": "the same, the CPU's constants fitted on the folder's CPU probe's layer "
+    "table instead of FLOPs by kind (folders whose CPU probe has one)",
+    "probes alone": "no record used: every model predicted from the folder's own probes",
+}
+
+
+def check_of(source: str) -> tuple[str, str]:
+    """A validation row's source -> (study folder, check): 'reference/x (probe only)' -> ('x', 'probes alone')."""
+    check = HELD_OUT
+    for suffix, label in CHECKS.items():
+        if source.endswith(suffix):
+            source, check = source.removesuffix(suffix), label
+    return source_short(source).removeprefix("reference/"), check
 
 
 # ---- one visual language ------------------------------------------------------------------------------------------
