@@ -275,6 +275,17 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
+def _relative_nnls(rows: list[list[float]], targets: list[float]) -> np.ndarray:
+    """NNLS on relative error (a 10 s epoch counts as much as a 1000 s one), the columns solved scaled (steps
+    against images x FLOPs differ by orders of magnitude)."""
+    a, b = np.array(rows, dtype=float), np.array(targets)
+    weights = 1.0 / b
+    a = a * weights[:, None]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    return nnls(a / norms, b * weights) / norms
+
+
 def _loader_bound(o: Observation) -> bool:
     return o.data_wait_fraction is not None and o.data_wait_fraction > LOADER_BOUND_WAIT_FRACTION
 
@@ -306,12 +317,7 @@ def _fit_constants(obs: list[Observation], facts: dict[str, ModelFacts], prior: 
         wait = o.data_wait_fraction or 0.0
         rows.append(row)
         targets.append(o.epoch_seconds * (1.0 - wait))  # compute only: the instrumented steps' share not waiting
-    a, b = np.array(rows, dtype=float), np.array(targets)
-    weights = 1.0 / b  # relative error: a 10 s epoch counts as much as a 1000 s one
-    a = a * weights[:, None]
-    norms = np.linalg.norm(a, axis=0)
-    norms[norms == 0] = 1.0  # columns of very different scale (steps against images x FLOPs): solve them scaled
-    coef = dict(zip(columns, nnls(a / norms, b * weights) / norms, strict=True))
+    coef = dict(zip(columns, _relative_nnls(rows, targets), strict=True))
     rates = {k: coef["dense"] * _kind_ratio(prior, k) for k in KINDS if k not in own}
     rates.update({k: coef[k] for k in own})
     return coef["fixed"], coef.get("layer", 0.0), rates
@@ -327,12 +333,7 @@ def _fit_table(obs: list[Observation], facts: dict[str, ModelFacts], prior: Cali
         optimizer = o.steps * facts[o.model].parameters * prior.optimizer_seconds_per_parameter
         rows.append([o.steps, table + optimizer])
         targets.append(o.epoch_seconds * (1.0 - (o.data_wait_fraction or 0.0)))
-    a, b = np.array(rows, dtype=float), np.array(targets)
-    weights = 1.0 / b
-    a = a * weights[:, None]
-    norms = np.linalg.norm(a, axis=0)
-    norms[norms == 0] = 1.0
-    fixed, scale = nnls(a / norms, b * weights) / norms
+    fixed, scale = _relative_nnls(rows, targets)
     return float(fixed), float(scale)
 
 
