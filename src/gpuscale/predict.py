@@ -193,10 +193,8 @@ def _held_out_on_layer_table(
 ) -> list[dict]:
     """Leave-one-model-out again, the CPU's constants fitted on the folder's probe's layer table (fixed step and
     the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'."""
-    priors = {}
-    for device, p in probes.items():
-        if p.get("status") == "measured" and cm.from_probe(p).table_seconds_per_image:
-            priors[(device, "paper")] = cm.from_probe(p)
+    measured = {device: cm.from_probe(p) for device, p in probes.items() if p.get("status") == "measured"}
+    priors = {(device, "paper"): cal for device, cal in measured.items() if cal.table_seconds_per_image}
     if not priors:
         return []
     source = f"{obs[0].source} (held out, layer table)" if obs else ""
