@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpuscale import costmodel as cm
-from gpuscale import fsutil, paper
+from gpuscale import fsutil, paper, words
 from gpuscale import record as record_mod
 
 log = logging.getLogger("gpuscale.predict")
@@ -158,7 +158,7 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
         p = cm.predict_epoch(cals[device], facts[model], o.images, math.ceil(o.images / o.steps))
         rows.append(
             {
-                "source": f"{o.source} (probe only)",
+                "source": f"{o.source}{words.PROBE_ONLY}",
                 "model": model,
                 "device": device,
                 "variant": "paper",
@@ -197,7 +197,7 @@ def _held_out_on_layer_table(
     priors = {(device, "paper"): cal for device, cal in measured.items() if cal.table_seconds_per_image}
     if not priors:
         return []
-    source = f"{obs[0].source} (held out, layer table)" if obs else ""
+    source = f"{obs[0].source}{words.ON_LAYER_TABLE}" if obs else ""
     rows = [{**r, "source": source} for r in cm.leave_one_model_out(obs, facts, priors)]
     for s in cm.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
         summary.append({"source": source, **s})
@@ -223,7 +223,7 @@ def validation(
             alone = probe_only(obs, mine, folder_probes)
             rows += alone
             for s in cm.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
-                summary.append({"source": f"{name} (probe only)", **s})
+                summary.append({"source": f"{name}{words.PROBE_ONLY}", **s})
         for device, variant in sorted({(o.device, o.variant) for o in obs}):
             group = [o for o in obs if o.device == device and o.variant == variant]
             cal = cm.fit(group, mine, None, device, variant)

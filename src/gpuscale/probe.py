@@ -54,9 +54,8 @@ SHARES = {
     "input_pipeline": 0.13,
     "layer_table": 0.60,
 }
-# The layer table's batch on a CPU (at most train.batch_size): per image, the CPU's layers cost about the same at
-# 64 as at 128 (dev box, 23 models), in half the probe's time. A GPU's is the training batch (its small batches
-# are launch-bound, not cheaper per image).
+# The layer table's batch (CPUs only, at most train.batch_size): per image, the dev box's 2 cores cost about the
+# same at 64 as at 128 (23 models), in half the probe's time; the H200 host's 16 threads cost more at 64.
 TABLE_BATCH_CPU = 64
 # Each distinct layer call is repeated for at least this long after its warm-up call (at least once).
 TABLE_SECONDS_PER_LAYER = 0.003
@@ -202,7 +201,7 @@ def _train_step(model: nn.Module, device: torch.device, batch: int):
     x = torch.randn(batch, 3, 32, 32, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
 
-    def step():
+    def step(x=x, y=y):  # a random batch of its own, or the one given (the input pipeline's)
         optimizer.zero_grad(set_to_none=True)
         criterion(model(x), y).backward()
         optimizer.step()
@@ -347,20 +346,6 @@ def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, i
     }
 
 
-def _tiny_step(device: torch.device):
-    """A training step of the tiny model on a given batch (the fixed step's model)."""
-    model = tiny_model().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    criterion = nn.CrossEntropyLoss()
-
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        criterion(model(x.float()), y).backward()
-        optimizer.step()
-
-    return step
-
-
 def run(
     device_slug: str,
     train_settings: TrainSettings | dict,
@@ -451,7 +436,8 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     share = budget_seconds * SHARES["input_pipeline"]
     pipeline = input_pipeline(train, device, share / 2)
     if not quick:
-        pipeline["with_step"] = input_pipeline(train, device, share / 2, step=_tiny_step(device))
+        step = _train_step(tiny_model(), device, batch)  # the fixed step's model
+        pipeline["with_step"] = input_pipeline(train, device, share / 2, step=step)
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(

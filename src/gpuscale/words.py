@@ -241,9 +241,12 @@ def source_short(source: str) -> str:
     return source.removeprefix("reference: ")
 
 
-# The cost model's checks of a study folder, by the suffix predict.validation gives their rows' source
+# The cost model's checks of a study folder: predict.validation suffixes its rows' source with these (a plain
+# folder name is the held-out check); check_of reads them back
 HELD_OUT = "held out"
-CHECKS = {" (held out, layer table)": "held out, CPU on the layer table", " (probe only)": "probes alone"}
+ON_LAYER_TABLE = " (held out, layer table)"
+PROBE_ONLY = " (probe only)"
+CHECKS = {ON_LAYER_TABLE: "held out, CPU on the layer table", PROBE_ONLY: "probes alone"}
 CHECK_KEY = {
     HELD_OUT: "each model held out (its records left out), the constants fitted on the other models' records "
     "of the folder, the model predicted",
