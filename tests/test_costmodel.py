@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 
 import pytest
@@ -336,8 +337,124 @@ def test_a_folder_whose_cpu_probe_has_a_layer_table_is_also_held_out_on_it_and_a
     on_table = [r for r in got["validation"] if r["source"] == f"{ref} (held out, layer table)"]
     assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
     cpu_rows = [r for r in on_table if r["device"] == "cpu"]
-    assert {r["calibration"] for r in cpu_rows} == {"records on the probe's layer table"}
+    assert {r["calibration"] for r in cpu_rows} == {f"records on the layer table of {ref}"}
     assert all(s["models"] == 6 for s in got["validation_summary"])  # each check counts its own rows only
+
+
+def test_a_folder_without_a_table_borrows_the_table_of_a_probe_of_the_same_host_and_no_other(tmp_path, monkeypatch):
+    ref, probes, facts_path = synthetic_study(tmp_path, monkeypatch)
+    facts = cm.load_facts(facts_path)
+    table = {m: (10 * f.layers * 0.002 + 1000 * f.train_flops_per_image * 1e-11) / 1000 for m, f in facts.items()}
+    lease = tmp_path / "reference" / "lease"  # another folder: no records needed, a CPU probe with the table
+    (lease / "probe").mkdir(parents=True)
+    (lease / "probe" / "cpu.json").write_text(json.dumps(table_probe("cpu", fixed=0.02, optimizer=0.0, table=table)))
+    out = tmp_path / "out"
+    predict.run(
+        [probes],
+        [str(ref)],
+        out,
+        ["m0"],
+        images=1000,
+        batch_size=100,
+        facts_path=facts_path,
+        validation_folders=[str(lease)],
+    )
+    got = predict.tables(out)
+    on_table = [r for r in got["validation"] if r["source"] == f"{ref} (held out, layer table)"]
+    assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
+    assert {r["calibration"] for r in on_table if r["device"] == "cpu"} == {f"records on the layer table of {lease}"}
+    # a probe of another host prices nothing here
+    other = json.loads((lease / "probe" / "cpu.json").read_text())
+    other["environment"]["host_fingerprint"] = "host2"
+    (lease / "probe" / "cpu.json").write_text(json.dumps(other))
+    predict.run(
+        [probes],
+        [str(ref)],
+        out,
+        ["m0"],
+        images=1000,
+        batch_size=100,
+        facts_path=facts_path,
+        validation_folders=[str(lease)],
+    )
+    assert not [r for r in predict.tables(out)["validation"] if r["source"].endswith("(held out, layer table)")]
+
+
+def epochs_record(model, device, epochs, seed=0, sampled=False, fingerprint="host1"):
+    """A run record with its epochs (the first a warm-up), as the spread of the measurements is read from them."""
+    r = run_record(model, device, statistics.median(epochs[1:] or epochs), seed=seed)
+    r["environment"]["host_fingerprint"] = fingerprint
+    r["epochs"] = [
+        {"train_seconds": e, "warmup": i == 0, **({"extrapolated": True} if sampled else {})}
+        for i, e in enumerate(epochs)
+    ]
+    return r
+
+
+def test_the_spread_of_measured_epochs_is_pooled_within_runs_and_between_seeds_of_one_folder():
+    e = math.exp
+    runs = [
+        epochs_record("m", "cuda", [9.0, 10 * e(0.1), 10 * e(-0.1)]),  # log variance 0.02, 1 dof
+        epochs_record("n", "cuda", [9.0, 5 * e(0.2), 5 * e(-0.2), 5.0]),  # log variance 0.04, 2 dof
+        epochs_record("m", "cuda", [9.0, 20.0, 20.0], seed=1),  # the same model: 0 variance within, 1 dof
+        epochs_record("m", "cpu", [9.0, 8.0], sampled=True),  # one steady epoch: no spread of its own
+    ]
+    spreads = cm.measured_spreads({"f": runs, "g": [epochs_record("m", "cuda", [1.0, 30.0])]})
+    gpu = spreads[("host1", "cuda", "paper", False)]
+    assert gpu.epoch_dof == 4 and gpu.epoch_variance == pytest.approx((0.02 + 2 * 0.04 + 0) / 4)
+    # m's two seeds in folder f: medians 10 and 20 (their within-run share, var/2 each, taken off); g's run of m
+    # is another lease and no seed of them
+    assert gpu.run_dof == 1
+    assert gpu.run_variance == pytest.approx(math.log(2) ** 2 / 2 - gpu.epoch_variance / 2)
+    assert ("host1", "cpu", "paper", True) not in spreads
+    sampled = cm.Observation("f", "host1", "m", "cpu", "paper", 8.0, 1000, 10, None, 1, 1, True)
+    assert cm.spread_for(sampled, spreads) == (None, "unknown")
+    full = epochs_record("n", "cpu", [9.0, 8 * e(0.1), 8 * e(-0.1)])
+    spreads = cm.measured_spreads({"f": [*runs, full]})
+    spread, basis = cm.spread_for(sampled, spreads)
+    assert basis == "lower bound" and spread.epoch_variance == pytest.approx(0.02)
+    # one steady epoch of one seed carries the whole per-epoch variance; nine, pi/2 of a ninth of it
+    assert spread.observation_log_sd(sampled) == pytest.approx(math.sqrt(0.02))
+    nine = cm.Observation("f", "host1", "n", "cpu", "paper", 8.0, 1000, 10, None, 1, 9, False)
+    assert spread.observation_log_sd(nine) == pytest.approx(math.sqrt(0.02 / 9 * math.pi / 2))
+
+
+def test_each_check_states_the_floor_its_measurements_set(tmp_path, monkeypatch):
+    ref, probes, facts_path = synthetic_study(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
+    summary = predict.tables(out)["validation_summary"]
+    assert {s["floor_basis"] for s in summary} == {"unknown"}  # records without epochs: no spread, no floor
+    assert {s["floor_median_percent"] for s in summary} == {None}
+    for path in ref.rglob("paper-seed0.json"):  # the same epochs, each run now with three steady epochs around it
+        r = json.loads(path.read_text())
+        x = r["timing"]["steady_epoch_seconds_median"]
+        r["epochs"] = [{"train_seconds": x * f, "warmup": i == 0} for i, f in enumerate((1.3, 0.9, 1.0, 1.1))]
+        path.write_text(json.dumps(r))
+    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
+    summary = predict.tables(out)["validation_summary"]
+    assert {s["floor_basis"] for s in summary} == {"measured"}
+    sd = statistics.stdev([math.log(f) for f in (0.9, 1.0, 1.1)])
+    one = cm.noise_floor([math.sqrt(sd**2 / 3 * math.pi / 2)] * 6)
+    cpu = next(s for s in summary if s["device"] == "cpu" and s["source"] == str(ref))
+    assert cpu["floor_median_percent"] == pytest.approx(one["floor_median_percent"], abs=1e-5)
+    both = cm.noise_floor([math.sqrt(2 * sd**2 / 3 * math.pi / 2)] * 6)
+    speedup = next(s for s in summary if s["device"] == "speedup" and s["source"] == f"{ref} (probe only)")
+    assert speedup["floor_worst_percent"] == pytest.approx(both["floor_worst_percent"], abs=1e-5)
+
+
+def test_the_noise_floor_is_what_exact_predictions_score_against_noisy_measurements():
+    assert cm.noise_floor([0.0] * 5) == {
+        "floor_median_percent": 0.0,
+        "floor_worst_percent": 0.0,
+        "floor_meets_target_share": 1.0,
+    }
+    floor = cm.noise_floor([0.15] * 12)
+    # |N(0, 0.15)|: median 0.674 sd (10.6% as a ratio), and the worst of 12 near 2 sd
+    assert 9.0 < floor["floor_median_percent"] < 12.5 and 28.0 < floor["floor_worst_percent"] < 45.0
+    assert 0.0 < floor["floor_meets_target_share"] < 1.0
+    assert cm.noise_floor([0.15] * 12) == floor  # a fixed seed: the same inputs, the same floor
+    assert cm.noise_floor([])["floor_median_percent"] is None
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):

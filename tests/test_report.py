@@ -639,9 +639,13 @@ def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_meas
     assert "PREDICTION" in host["caption"] and all("_" not in h for h in host["header"])
     assert "hand-written, measured: speedup (×)" in host["header"]
     assert [row[0]["text"] for row in host["rows"]] == ["simplecnn", "resnet50"]
-    assert any("MISSED" in v and "37.5%" in v for v in section["verdicts"]["targets"])  # said plainly
+    checks = section["speedup_checks"]  # one row per check: its errors, whether it meets both targets, its floor
+    assert [[c["text"] for c in row][4:8] for row in checks["rows"]] == [["37.5%", "37.5%", "resnet50", "no"]]
+    assert "perfect model" in checks["caption"] and "noise floor: worst error" in checks["header"]
     assert any("resnet50 −38%" in v for v in section["verdicts"]["misses"])
-    assert section["verdicts"]["targets"][0].startswith("No check meets both targets. Best median error")
+    assert section["verdicts"]["targets"][0].startswith(
+        "No check meets both targets: the median target (15%) is met by none"
+    )
     assert section["paper"] is None and section["paper_verdicts"] == {"main": [], "rates": []}
 
 
@@ -651,7 +655,7 @@ def test_the_reference_study_report_shows_the_validation_and_the_papers_hardware
     positions = [html.index(f'<section id="{s}"') for s in order]
     assert positions == sorted(positions)
     assert "No probe records of this host" in html  # no host table without probes
-    assert "each model held out" in html and "target 15%" in html
+    assert "each model held out" in html and "median error at most 15%" in html and "noise floor" in html
     assert "0.19 of its resnet18 rate" in html  # the i9 on resnet50 against resnet18
 
 

@@ -48,6 +48,9 @@ MIN_MODELS_FOR_FIT = 4
 NOMINAL_LOG_ERROR = 0.35
 
 
+TABLE_FIT = "records on the probe's layer table"
+
+
 class CostModelError(ValueError):
     """Inputs the cost model cannot use; str() says which and why."""
 
@@ -114,6 +117,8 @@ class Observation:
     steps: int
     data_wait_fraction: float | None
     seeds: int
+    steady_epochs: int = 1  # the fewest steady (non-warm-up) epochs of its seeds' records: what its median rests on
+    sampled: bool = False  # epochs extrapolated from a few timed steps (the sampled protocol)
 
 
 def _steady_epoch_seconds(record: dict) -> float | None:
@@ -123,6 +128,14 @@ def _steady_epoch_seconds(record: dict) -> float | None:
         seconds = [e["train_seconds"] for e in record.get("epochs") or []]
         value = statistics.median(seconds) if seconds else None
     return value
+
+
+def _steady_epochs(record: dict) -> list[float]:
+    return [e["train_seconds"] for e in record.get("epochs") or [] if not e.get("warmup") and e.get("train_seconds")]
+
+
+def _sampled(record: dict) -> bool:
+    return any(e.get("extrapolated") for e in record.get("epochs") or [])
 
 
 def observations(records: Iterable[dict], source: str) -> list[Observation]:
@@ -159,6 +172,8 @@ def observations(records: Iterable[dict], source: str) -> list[Observation]:
                 steps=math.ceil(images / batch),
                 data_wait_fraction=float(statistics.median(waits)) if waits else None,
                 seeds=len(rs),
+                steady_epochs=min(max(len(_steady_epochs(r)), 1) for r in rs),
+                sampled=any(_sampled(r) for r in rs),
             )
         )
     return out
@@ -190,6 +205,7 @@ class Calibration:
     table_seconds_per_image: dict[str, float] = field(default_factory=dict)
     table_scale: float = 1.0  # fitted to records: measured compute / the table's (1 from the probe alone)
     optimizer_seconds_per_parameter: float = 0.0
+    table_from: str = ""  # where the layer table's probe was made (a study folder), if not this host's own probe
 
     def constants(self) -> dict:
         out = asdict(self)
@@ -353,7 +369,7 @@ def _calibrate(
         return Calibration(
             **{
                 **based,
-                "source": "records on the probe's layer table",
+                "source": f"records on the layer table of {prior.table_from}" if prior.table_from else TABLE_FIT,
                 "fixed_step_seconds": fixed,
                 "table_scale": table_scale,
             }
@@ -507,6 +523,98 @@ def summarize(rows: list[dict], median_target: float = 15.0, worst_target: float
             row["meets_target"] = bool(row["median_abs_error_percent"] <= median_target and max(errors) <= worst_target)
         out.append(row)
     return out
+
+
+# ----------------------------------------------------------------------------- the measurements' own spread
+
+# A median of k >= 3 values of a normal spread varies pi/2 times as much as their mean (large-k efficiency).
+MEDIAN_VARIANCE_FACTOR = math.pi / 2
+FLOOR_DRAWS = 4000
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How much a measured epoch of one (host, device, protocol) moves between repeats, as variances of
+    log(epoch seconds): within a run (one steady epoch against the next) and between runs (seeds' medians, beyond
+    what the within-run spread explains). dof: the degrees of freedom each rests on (0: not measured here)."""
+
+    epoch_variance: float
+    epoch_dof: int
+    run_variance: float = 0.0
+    run_dof: int = 0
+
+    def observation_log_sd(self, o: Observation) -> float:
+        """The log-sd of an observation's epoch value: the median of its steady epochs, the median over its seeds."""
+        k = max(o.steady_epochs, 1)
+        within = self.epoch_variance / k * (MEDIAN_VARIANCE_FACTOR if k >= 3 else 1.0)
+        return math.sqrt((self.run_variance + within) / max(o.seeds, 1))
+
+
+def _pooled(variances: list[tuple[float, int]]) -> tuple[float, int]:
+    dof = sum(d for _, d in variances)
+    return (sum(v * d for v, d in variances) / dof, dof) if dof else (0.0, 0)
+
+
+def measured_spreads(folders: dict[str, list[dict]]) -> dict[tuple, Spread]:
+    """Per (host fingerprint, device, variant, sampled), from the measured non-sweep records of every folder: the
+    pooled variance of log steady epochs within each run that has two or more, and between the seeds' medians of a
+    (model, device) with two or more seeds in one folder (less the within-run share those medians carry; never
+    below 0). Runs of one model in different folders are not seeds of each other: their leases differ."""
+    within: dict[tuple, list[tuple[float, int]]] = {}
+    groups: dict[tuple, list[list[float]]] = {}
+    for folder, records in folders.items():
+        for r in records:
+            if r.get("status") != "measured" or r["key"].get("sweep"):
+                continue
+            key = (r["environment"].get("host_fingerprint"), r["key"]["device"], r["key"]["variant"], _sampled(r))
+            logs = [math.log(x) for x in _steady_epochs(r)]
+            if len(logs) >= 2:
+                within.setdefault(key, []).append((statistics.variance(logs), len(logs) - 1))
+            if logs:
+                groups.setdefault((*key, folder, r["key"]["model"]), []).append(logs)
+    out = {}
+    for key, parts in within.items():
+        epoch_variance, epoch_dof = _pooled(parts)
+        between = []
+        for (*group_key, _folder, _model), runs in groups.items():
+            if tuple(group_key) == key and len(runs) >= 2:
+                medians = [statistics.median(x) for x in runs]
+                k = min(len(x) for x in runs)
+                share = epoch_variance / k * (MEDIAN_VARIANCE_FACTOR if k >= 3 else 1.0)
+                between.append((max(statistics.variance(medians) - share, 0.0), len(runs) - 1))
+        run_variance, run_dof = _pooled(between)
+        out[key] = Spread(epoch_variance, epoch_dof, run_variance, run_dof)
+    return out
+
+
+def spread_for(o: Observation, spreads: dict[tuple, Spread]) -> tuple[Spread | None, str]:
+    """The spread that applies to an observation: its own (host, device, protocol)'s; else, for a sampled run, its
+    host's full-epoch spread on the device, a lower bound (a sampled epoch rests on a few timed steps); else none."""
+    own = spreads.get((o.host_fingerprint, o.device, o.variant, o.sampled))
+    if own is not None:
+        return own, "measured"
+    full = spreads.get((o.host_fingerprint, o.device, o.variant, False))
+    if o.sampled and full is not None:
+        return full, "lower bound"
+    return None, "unknown"
+
+
+def noise_floor(
+    log_sds: list[float], median_target: float = 15.0, worst_target: float = 35.0, draws: int = FLOOR_DRAWS
+) -> dict:
+    """What a perfect model would score against measurements this noisy: each value's error drawn as
+    exp(N(0, sd)) - 1, `draws` times (a fixed seed: the same inputs give the same floor). Returns the median over
+    draws of the median and of the worst absolute % error, and the share of draws meeting both targets."""
+    sds = np.asarray(log_sds, dtype=float)
+    if sds.size == 0:
+        return {"floor_median_percent": None, "floor_worst_percent": None, "floor_meets_target_share": None}
+    errors = 100.0 * np.abs(np.expm1(np.random.default_rng(0).normal(size=(draws, sds.size)) * sds))
+    medians, worsts = np.median(errors, axis=1), errors.max(axis=1)
+    return {
+        "floor_median_percent": float(np.median(medians)),
+        "floor_worst_percent": float(np.median(worsts)),
+        "floor_meets_target_share": float(np.mean((medians <= median_target) & (worsts <= worst_target))),
+    }
 
 
 # ----------------------------------------------------------------------------- a timing job's duration

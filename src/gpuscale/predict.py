@@ -188,17 +188,40 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
     return rows
 
 
+def _table_probe(name: str, obs: list[cm.Observation], probes: dict[str, dict[str, dict]]) -> tuple[str, dict] | None:
+    """The CPU probe whose layer table prices a folder: its own, else (first in the checked order) another checked
+    folder's CPU probe made on the same host (fingerprint) as the folder's CPU records; None where neither has one.
+    The table measures isolated layers, not any folder's runs, so a probe of the same host from another machine
+    lease may price a folder whose own lease had no probe (the table's scale is fitted to the folder's records)."""
+
+    def table(probe: dict | None) -> bool:
+        return bool(probe and probe.get("status") == "measured" and cm.from_probe(probe).table_seconds_per_image)
+
+    own = (probes.get(name) or {}).get("cpu")
+    if table(own):
+        return name, own
+    hosts = {o.host_fingerprint for o in obs if o.device == "cpu" and o.host_fingerprint}
+    for other, folder_probes in probes.items():
+        probe = (folder_probes or {}).get("cpu")
+        if other != name and table(probe) and probe["environment"].get("host_fingerprint") in hosts:
+            return other, probe
+    return None
+
+
 def _held_out_on_layer_table(
-    obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict[str, dict], summary: list[dict]
+    name: str, obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict, summary: list[dict]
 ) -> list[dict]:
-    """Leave-one-model-out again, the CPU's constants fitted on the folder's probe's layer table (fixed step and
-    the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'."""
-    measured = {device: cm.from_probe(p) for device, p in probes.items() if p.get("status") == "measured"}
-    priors = {(device, "paper"): cal for device, cal in measured.items() if cal.table_seconds_per_image}
-    if not priors:
+    """Leave-one-model-out again, the CPU's constants fitted on a CPU probe's layer table of the same host (fixed
+    step and the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'. The
+    calibration column names the folder whose probe the table came from."""
+    found = _table_probe(name, obs, probes)
+    if found is None or not obs:
         return []
-    source = f"{obs[0].source}{words.ON_LAYER_TABLE}" if obs else ""
-    rows = [{**r, "source": source} for r in cm.leave_one_model_out(obs, facts, priors)]
+    table_from, probe = found
+    prior = cm.from_probe(probe)
+    prior.table_from = table_from
+    source = f"{name}{words.ON_LAYER_TABLE}"
+    rows = [{**r, "source": source} for r in cm.leave_one_model_out(obs, facts, {("cpu", "paper"): prior})]
     for s in cm.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
         summary.append({"source": source, **s})
     return rows
@@ -209,7 +232,8 @@ def validation(
 ) -> tuple[list, list, list]:
     """Leave-one-model-out per reference study; and, where the study ships probe records (<folder>/probe/
     <device>.json, made on its host), every model predicted from those probes alone and, where the CPU's probe
-    has a layer table, held out again with the CPU fitted on it. Each check is summarised under its own source."""
+    has a layer table (or another checked folder has a CPU probe of the same host with one), held out again with the
+    CPU fitted on that table. Each check is summarised under its own source."""
     rows, summary, constants = [], [], []
     for name, records in references.items():
         obs = cm.observations(records, name)
@@ -218,7 +242,7 @@ def validation(
         held_out = cm.leave_one_model_out(obs, mine)
         for s in cm.summarize(held_out, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
             summary.append({"source": name, **s})
-        rows += held_out + _held_out_on_layer_table(obs, mine, folder_probes, summary)
+        rows += held_out + _held_out_on_layer_table(name, obs, mine, probes or {}, summary)
         if folder_probes:
             alone = probe_only(obs, mine, folder_probes)
             rows += alone
@@ -228,7 +252,38 @@ def validation(
             group = [o for o in obs if o.device == device and o.variant == variant]
             cal = cm.fit(group, mine, None, device, variant)
             constants.append({"fitted_on": f"{name} (all models)", **cal.constants()})
+    spreads = cm.measured_spreads(references)
+    observed = {
+        (name, o.model, o.device, o.variant): o
+        for name, records in references.items()
+        for o in cm.observations(records, name)
+    }
+    for s in summary:
+        s.update(_floor(s, rows, observed, spreads))
     return rows, summary, constants
+
+
+def _floor(summary: dict, rows: list[dict], observed: dict, spreads: dict) -> dict:
+    """What a perfect model would score in this summary's check: its rows' measurements, each as noisy as its
+    host's runs move between repeats (cm.measured_spreads; a speedup carries both epochs' noise). `floor_basis`:
+    'measured', 'lower bound' (a sampled run priced at the full-epoch spread) or 'unknown' (no floor)."""
+    folder = words.split_check(summary["source"])[0]
+    sds, bases = [], set()
+    for r in rows:
+        if (r["source"], r["device"], r["variant"]) != (summary["source"], summary["device"], summary["variant"]):
+            continue
+        devices = ("cpu", "cuda") if r["device"] == "speedup" else (r["device"],)
+        variance = 0.0
+        for device in devices:
+            o = observed.get((folder, r["model"], device, r["variant"]))
+            spread, basis = cm.spread_for(o, spreads) if o else (None, "unknown")
+            bases.add(basis)
+            if spread is not None:
+                variance += spread.observation_log_sd(o) ** 2
+        sds.append(math.sqrt(variance))
+    basis = "unknown" if "unknown" in bases or not bases else ("lower bound" if "lower bound" in bases else "measured")
+    floor = cm.noise_floor(sds if basis != "unknown" else [], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT)
+    return {**floor, "floor_basis": basis}
 
 
 def paper_implications(references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts]) -> list[dict]:

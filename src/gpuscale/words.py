@@ -158,6 +158,11 @@ COLUMNS = {
     "worst_abs_error_percent": "worst error (absolute)",
     "worst_model": "worst model",
     "meets_target": "speedup meets both targets",
+    "floor_median_percent": "noise floor: median error",
+    "floor_worst_percent": "noise floor: worst error",
+    "floor_meets_target_share": "noise floor: repeats meeting both targets",
+    "floor_basis": "noise floor from the spread",
+    "table_from": "layer table from",
     "models": "models",
     "effective_gflops_per_second": "training rate (GFLOP/s)",
     "rate_vs_resnet18": "rate against its resnet18 rate",
@@ -250,19 +255,26 @@ CHECKS = {ON_LAYER_TABLE: "held out, CPU on the layer table", PROBE_ONLY: "probe
 CHECK_KEY = {
     HELD_OUT: "each model held out (its records left out), the constants fitted on the other models' records "
     "of the folder, the model predicted",
-    "held out, CPU on the layer table": "the same, the CPU's constants fitted on the folder's CPU probe's layer "
-    "table instead of FLOPs by kind (folders whose CPU probe has one)",
+    "held out, CPU on the layer table": "the same, the CPU's constants (fixed step, the table's scale) fitted on a "
+    "CPU probe's layer table instead of FLOPs by kind: the folder's own probe's, else that of another checked "
+    "folder's probe of the same host (fingerprint), made in another lease (the 'constants from' column names it)",
     "probes alone": "no record used: every model predicted from the folder's own probes",
 }
 
 
-def check_of(source: str) -> tuple[str, str]:
-    """A validation row's source -> (study folder, check): 'reference/x (probe only)' -> ('x', 'probes alone')."""
-    check = HELD_OUT
+def split_check(source: str) -> tuple[str, str]:
+    """A validation row's source -> (the folder as given, check): 'reference/x (probe only)' -> ('reference/x',
+    'probes alone')."""
     for suffix, label in CHECKS.items():
         if source.endswith(suffix):
-            source, check = source.removesuffix(suffix), label
-    return source_short(source).removeprefix("reference/"), check
+            return source.removesuffix(suffix), label
+    return source, HELD_OUT
+
+
+def check_of(source: str) -> tuple[str, str]:
+    """A validation row's source -> (study folder, check): 'reference/x (probe only)' -> ('x', 'probes alone')."""
+    folder, check = split_check(source)
+    return source_short(folder).removeprefix("reference/"), check
 
 
 # ---- one visual language ------------------------------------------------------------------------------------------
