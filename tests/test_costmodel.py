@@ -191,6 +191,33 @@ def test_loader_bound_records_set_the_pipeline_rate_and_stay_out_of_the_compute_
     assert cm.predict_epoch(cal, facts["slow"], 1000, 100)["epoch_seconds"] == pytest.approx(3.0, rel=1e-9)
 
 
+def test_a_gpu_pipeline_s_sharpness_and_loader_are_fitted_from_both_regimes_and_a_cpu_keeps_the_slower_stage():
+    assert cm._pipeline(3.0, 4.0, None) == 4.0 and cm._pipeline(3.0, 4.0, 2.0) == pytest.approx(5.0)
+    assert cm._pipeline(3.0, 0.0, 2.0) == 3.0  # no loader: the compute alone
+    facts, made = synthetic_observations(device="cuda")  # compute seconds 1.3 .. 8.3 from known constants
+    loader, p = 2.5, 4.0
+    obs = []
+    for o in made:  # epochs of a p = 4 pipeline; each step computes what the constants say and waits the rest
+        epoch = (o.epoch_seconds**p + loader**p) ** (1 / p)
+        obs.append(
+            cm.Observation(**{**o.__dict__, "epoch_seconds": epoch, "data_wait_fraction": 1 - o.epoch_seconds / epoch})
+        )
+    facts["tiny"] = cm.ModelFacts("tiny", 10, 1e3, {"conv": 1e3}, layers=1)
+    compute = 10 * (0.02 + 0.002) + 1000 * 1e3 * 1e-11
+    epoch = (compute**p + loader**p) ** (1 / p)
+    obs.append(cm.Observation("ref", "host1", "tiny", "cuda", "paper", epoch, 1000, 10, 1 - compute / epoch, 1))
+    cal = cm.fit(obs, facts)
+    assert cal.pipeline_sharpness == 4.0
+    assert cal.loader_seconds_per_image * 1000 == pytest.approx(loader, rel=1e-9)
+    for o in obs:
+        got = cm.predict_epoch(cal, facts[o.model], 1000, 100)["epoch_seconds"]
+        assert got == pytest.approx(o.epoch_seconds, rel=1e-9)
+    assert cal.constants()["pipeline_sharpness"] == 4.0
+    # the same epochs on a CPU: workers and compute share its cores, no p-norm
+    on_cpu = [cm.Observation(**{**o.__dict__, "device": "cpu"}) for o in obs]
+    assert cm.fit(on_cpu, facts).pipeline_sharpness is None
+
+
 def test_with_few_records_the_probe_is_scaled_by_the_median_ratio():
     prior = cm.from_probe(probe_record())
     # the probe predicts 2.2 s for a and 0.121 s of compute for b; measured 4.4 and 0.363: ratios 2 and 3

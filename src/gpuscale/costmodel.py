@@ -8,8 +8,10 @@ One step of the `paper` protocol is the slower of two things that run side by si
     epoch = max(images * loader_seconds_per_image,
                 steps * (fixed_step_seconds + layers * layer_seconds) + images * sum_k flops_k * seconds_per_flop_k)
 
-with flops_k a model's training FLOPs per image of kind k (conv, depthwise_conv, grouped_conv, linear,
-attention, other; see modelfacts.json) and layers its parameterised layers (kernel launches grow with them).
+(on a GPU with measured records of both regimes the max is softened to a p-norm, p fitted: the two stages
+jitter around a bounded prefetch queue; PIPELINE_SHARPNESS_GRID), with flops_k a model's training FLOPs per
+image of kind k (conv, depthwise_conv, grouped_conv, linear, attention, other; see modelfacts.json) and layers
+its parameterised layers (kernel launches grow with them).
 The constants come from a probe record of the device (calibrated from the probe alone), or are fitted by
 non-negative least squares to measured records of the same host (refined); every constant is reported.
 
@@ -46,6 +48,12 @@ MIN_KIND_SHARE = 0.2
 MIN_MODELS_FOR_FIT = 4
 # Log-error assumed for a calibration that has nothing to check itself against (probe alone).
 NOMINAL_LOG_ERROR = 0.35
+# A GPU's input pipeline (DataLoader workers on the host) and its compute are two stages with a bounded prefetch
+# queue between them; both jitter, so near the crossover each now and then waits on the other and an epoch takes
+# longer than the slower stage alone (the H200 study's compute-bound `paper` GPU runs still waited 4-22% of each
+# step for data). With records of both regimes the epoch is (compute^p + loader^p)^(1/p), p fitted from this grid
+# (None: the slower stage, as from a probe alone). Not on a CPU: there the workers and the compute share the cores.
+PIPELINE_SHARPNESS_GRID = (None, 8.0, 6.0, 4.0, 3.0, 2.0)
 
 
 TABLE_FIT = "records on the probe's layer table"
@@ -206,6 +214,7 @@ class Calibration:
     table_scale: float = 1.0  # fitted to records: measured compute / the table's (1 from the probe alone)
     optimizer_seconds_per_parameter: float = 0.0
     table_from: str = ""  # where the layer table's probe was made (a study folder), if not this host's own probe
+    pipeline_sharpness: float | None = None  # p of (compute^p + loader^p)^(1/p); None: the slower of the two
 
     def constants(self) -> dict:
         out = asdict(self)
@@ -236,12 +245,20 @@ def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int
     return cal.scale * (steps * per_step + images * per_image)
 
 
+def _pipeline(compute: float, loader: float, sharpness: float | None) -> float:
+    """An epoch of two stages side by side: the slower one, or with a sharpness p their p-norm (never less)."""
+    if sharpness is None or not loader or not compute:
+        return max(compute, loader)
+    top = max(compute, loader)
+    return top * ((compute / top) ** sharpness + (loader / top) ** sharpness) ** (1.0 / sharpness)
+
+
 def predict_epoch(cal: Calibration, facts: ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
     steps = math.ceil(images / batch_size)
     compute = compute_seconds(cal, facts, images, steps)
     loader = images * cal.loader_seconds_per_image if cal.loader_seconds_per_image else 0.0
     return {
-        "epoch_seconds": max(compute, loader),
+        "epoch_seconds": _pipeline(compute, loader, cal.pipeline_sharpness),
         "compute_seconds": compute,
         "loader_seconds": loader,
         "bound": "input pipeline" if loader > compute else "compute",
@@ -418,6 +435,8 @@ def fit(
     cal.loader_seconds_per_image, cal.models = loader, models
     if not compute:  # loader-bound only: the compute side is the probe's, or unknown
         cal.source = f"{cal.source}; loader from records"
+    if bound and compute and len(set(models)) >= MIN_MODELS_FOR_FIT and not device.startswith("cpu"):
+        _fit_sharpness(cal, obs, bound, facts)
     if self_check and len({o.model for o in obs}) > MIN_MODELS_FOR_FIT:
         errors = []
         for o in obs:
@@ -427,6 +446,40 @@ def fit(
             errors.append(math.log(predicted["epoch_seconds"] / o.epoch_seconds))
         cal.log_error = float(np.sqrt(np.mean(np.square(errors))))
     return cal
+
+
+def _fit_sharpness(cal: Calibration, obs: list[Observation], bound: list[Observation], facts: dict) -> None:
+    """The pipeline's sharpness from PIPELINE_SHARPNESS_GRID that fits every observation best (least squares of log
+    errors; the slower stage unless another is strictly better), and with it the input pipeline's own rate: a
+    loader-bound epoch E whose steps computed E x (1 - wait) carried (E^p - (E(1 - wait))^p)^(1/p) of loading."""
+    best = None
+    for p in PIPELINE_SHARPNESS_GRID:
+        loaders = [
+            (o.epoch_seconds**p - (o.epoch_seconds * (1.0 - (o.data_wait_fraction or 0.0))) ** p) ** (1.0 / p)
+            if p is not None
+            else o.epoch_seconds
+            for o in bound
+        ]
+        trial = Calibration(
+            **{
+                **asdict(cal),
+                "pipeline_sharpness": p,
+                "loader_seconds_per_image": statistics.median(
+                    x / o.images for x, o in zip(loaders, bound, strict=True)
+                ),
+            }
+        )
+        error = sum(
+            math.log(
+                predict_epoch(trial, facts[o.model], o.images, math.ceil(o.images / o.steps))["epoch_seconds"]
+                / o.epoch_seconds
+            )
+            ** 2
+            for o in obs
+        )
+        if best is None or error < best[0] - 1e-12:
+            best = (error, p, trial.loader_seconds_per_image)
+    cal.pipeline_sharpness, cal.loader_seconds_per_image = best[1], best[2]
 
 
 def speedup(cpu: dict, gpu: dict, cpu_cal: Calibration, gpu_cal: Calibration) -> dict:

@@ -163,6 +163,7 @@ COLUMNS = {
     "floor_meets_target_share": "noise floor: repeats meeting both targets",
     "floor_basis": "noise floor from the spread",
     "table_from": "layer table from",
+    "pipeline_sharpness": "pipeline sharpness p (— : the slower stage)",
     "models": "models",
     "effective_gflops_per_second": "training rate (GFLOP/s)",
     "rate_vs_resnet18": "rate against its resnet18 rate",
