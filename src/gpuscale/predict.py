@@ -234,9 +234,10 @@ def validation(
     <device>.json, made on its host), every model predicted from those probes alone and, where the CPU's probe
     has a layer table (or another checked folder has a CPU probe of the same host with one), held out again with the
     CPU fitted on that table. Each check is summarised under its own source."""
-    rows, summary, constants = [], [], []
+    rows, summary, constants, observed = [], [], [], {}
     for name, records in references.items():
         obs = cm.observations(records, name)
+        observed.update({(name, o.model, o.device, o.variant): o for o in obs})
         mine = _facts(records, facts)
         folder_probes = (probes or {}).get(name) or {}
         held_out = cm.leave_one_model_out(obs, mine)
@@ -253,11 +254,6 @@ def validation(
             cal = cm.fit(group, mine, None, device, variant)
             constants.append({"fitted_on": f"{name} (all models)", **cal.constants()})
     spreads = cm.measured_spreads(references)
-    observed = {
-        (name, o.model, o.device, o.variant): o
-        for name, records in references.items()
-        for o in cm.observations(records, name)
-    }
     for s in summary:
         s.update(_floor(s, rows, observed, spreads))
     return rows, summary, constants
