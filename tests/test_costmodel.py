@@ -218,6 +218,27 @@ def test_a_gpu_pipeline_s_sharpness_and_loader_are_fitted_from_both_regimes_and_
     assert cm.fit(on_cpu, facts).pipeline_sharpness is None
 
 
+def test_a_gpu_probe_prices_each_dispatched_op_and_no_elementwise_rate_and_a_cpu_probe_does_not():
+    gpu = {**probe_record("cuda", fixed=0.01, layer=0.001, rates={"conv": 1e12, "other": 1e9}), "op_seconds": 2e-5}
+    facts = cm.ModelFacts("v", 100, 2e9, {"conv": 2e9, "other": 5e6}, layers=20, ops_per_step=300)
+    cal = cm.from_probe(gpu)
+    assert cal.op_seconds == 2e-5
+    # 10 steps of (fixed + 300 ops) + 1000 images x 2e9 FLOPs at 1e12; the 5e6 elements per image cost nothing
+    expected = 10 * (0.01 + 300 * 2e-5) + 1000 * 2e9 / 1e12
+    assert cm.compute_seconds(cal, facts, 1000, 10) == pytest.approx(expected, rel=1e-12)
+    # a schema-3 record made before op_seconds: its per-layer cost per op, the stack's elementwise work put back
+    older = {**gpu, "schema_version": 3, "op_seconds": None, "batch_size": 128}
+    per_op = (cm.STACK_LAYERS * 0.001 + cm.STACK_ELEMENTS_PER_IMAGE * 128 / 1e9) / cm.STACK_OPS
+    assert cm.from_probe(older).op_seconds == pytest.approx(per_op, rel=1e-12)
+    assert cm.from_probe({**older, "schema_version": 2}).op_seconds == 0.0  # layers and elements, as before
+    # a model without an op count, or a CPU probe: layers and elements as before
+    plain = cm.ModelFacts("w", 100, 2e9, {"conv": 2e9, "other": 5e6}, layers=20)
+    assert cm.compute_seconds(cal, plain, 1000, 10) == pytest.approx(
+        10 * (0.01 + 20 * 0.001) + 1000 * (2e9 / 1e12 + 5e6 / 1e9), rel=1e-12
+    )
+    assert cm.from_probe({**gpu, "device": "cpu"}).op_seconds == 0.0
+
+
 def test_with_few_records_the_probe_is_scaled_by_the_median_ratio():
     prior = cm.from_probe(probe_record())
     # the probe predicts 2.2 s for a and 0.121 s of compute for b; measured 4.4 and 0.363: ratios 2 and 3

@@ -27,7 +27,7 @@ def test_probe_on_cpu_writes_a_valid_record_the_cost_model_reads(tmp_path):
     assert doc["status"] == "measured" and doc["threads"] == 1 and doc["batch_size"] == 8
     assert set(doc["kinds"]) == {"conv", "depthwise_conv", "grouped_conv", "linear", "attention", "other"}
     assert all(k["flops_per_second"] > 0 for k in doc["kinds"].values())
-    assert doc["fixed_step_seconds"] > 0 and doc["layer_seconds"] >= 0
+    assert doc["fixed_step_seconds"] > 0 and doc["layer_seconds"] >= 0 and doc["op_seconds"] >= 0
     assert doc["host_to_device_bytes_per_second"] is None  # cpu
     assert doc["input_pipeline_images_per_second"] > 0
     assert doc["environment"]["host_fingerprint"]
@@ -46,6 +46,18 @@ def test_the_probe_counts_a_layer_s_work_in_the_model_facts_units():
     norm = nn.Sequential(nn.BatchNorm2d(16), nn.ReLU())
     elements = probe.train_flops(norm, (4, 16, 8, 8), "other")
     assert elements >= 4 * 4 * 16 * 64  # output elements as modelfacts' "other": forward and backward of both ops
+
+
+def test_the_cost_model_s_record_of_the_probe_s_layer_stack_is_what_the_stack_counts():
+    """costmodel prices an op from schema-3 records made before op_seconds was recorded with the stack's counts:
+    they must be the stack's and the tiny model's as nets counts them."""
+    from gpuscale import nets
+
+    stack, tiny = nets.training_cost(probe.stacked_model(probe.LAYER_STACK)), nets.training_cost(probe.tiny_model())
+    assert costmodel.STACK_LAYERS == 2 * probe.LAYER_STACK
+    assert stack["ops_per_step"] - tiny["ops_per_step"] == costmodel.STACK_OPS
+    other = stack["flops_by_kind"]["other"] - tiny["flops_by_kind"]["other"]
+    assert other == costmodel.STACK_ELEMENTS_PER_IMAGE
 
 
 def test_layer_calls_name_each_distinct_call_as_the_network_makes_it():

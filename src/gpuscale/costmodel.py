@@ -15,6 +15,9 @@ its parameterised layers (kernel launches grow with them).
 The constants come from a probe record of the device (calibrated from the probe alone), or are fitted by
 non-negative least squares to measured records of the same host (refined); every constant is reported.
 
+A GPU calibrated from its probe alone prices a step per dispatched op instead (fixed + ops_per_step x op_seconds,
+elementwise work included: on a GPU those ops cost their launches) plus the FLOPs of the other kinds.
+
 A schema-3 probe also times every distinct layer call of the registry's models as the network makes it (shape,
 memory format, input gradient: the kernel path a CPU picks), so for those models the compute side is
 
@@ -74,6 +77,7 @@ class ModelFacts:
     flops_by_kind: dict[str, float] | None = None  # None: only the total is known
     layers: int | None = None
     family: str | None = None
+    ops_per_step: int | None = None  # computing ops dispatched in a forward + backward step (kernel launches)
 
     def kind_flops(self) -> dict[str, float]:
         if self.flops_by_kind:
@@ -97,6 +101,7 @@ def load_facts(path: Path | str | None = None) -> dict[str, ModelFacts]:
             flops_by_kind=m.get("flops_by_kind"),
             layers=m.get("layers"),
             family=m.get("family"),
+            ops_per_step=m.get("ops_per_step"),
         )
         for name, m in doc["models"].items()
     }
@@ -215,6 +220,7 @@ class Calibration:
     optimizer_seconds_per_parameter: float = 0.0
     table_from: str = ""  # where the layer table's probe was made (a study folder), if not this host's own probe
     pipeline_sharpness: float | None = None  # p of (compute^p + loader^p)^(1/p); None: the slower of the two
+    op_seconds: float = 0.0  # a GPU probe's price per dispatched op (its elementwise work included), if measured
 
     def constants(self) -> dict:
         out = asdict(self)
@@ -238,8 +244,12 @@ def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int
         per_step = cal.fixed_step_seconds + cal.table_scale * facts.parameters * cal.optimizer_seconds_per_parameter
         per_image = cal.table_scale * cal.table_seconds_per_image[facts.name]
         return cal.scale * (steps * per_step + images * per_image)
-    per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
     kinds = facts.kind_flops()
+    if cal.op_seconds and facts.ops_per_step:  # a GPU from its probe: launches per op, FLOPs beyond them
+        per_step = cal.fixed_step_seconds + facts.ops_per_step * cal.op_seconds
+        kinds["other"] = 0.0
+    else:
+        per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
     dense = cal.seconds_per_flop.get("conv", 0.0)
     per_image = sum(flops * cal.seconds_per_flop.get(kind, dense) for kind, flops in kinds.items())
     return cal.scale * (steps * per_step + images * per_image)
@@ -282,6 +292,7 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
     # (H200, 2026-12-03); GPU probes no longer time it
     table = ((probe.get("layer_table") or {}).get("models") or {}) if probe["device"].startswith("cpu") else {}
     return Calibration(
+        op_seconds=0.0 if probe["device"].startswith("cpu") else _op_seconds(probe),
         device=probe["device"],
         variant=variant,
         source="probe",
@@ -292,6 +303,25 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
         table_seconds_per_image={name: float(m["seconds_per_image"]) for name, m in table.items()},
         optimizer_seconds_per_parameter=float(probe.get("optimizer_seconds_per_parameter") or 0.0),
     )
+
+
+# The schema-3 probe's per-layer measurement before it recorded op_seconds: 16 conv + batch-norm + ReLU blocks
+# (2 parameterised layers each) over a tiny model, 112 more ops dispatched in a training step and 33,032 more
+# normalisation/activation output elements per image (tests/test_predict.py counts them on probe.stacked_model).
+STACK_LAYERS, STACK_OPS, STACK_ELEMENTS_PER_IMAGE = 32, 112, 33_032
+
+
+def _op_seconds(probe: dict) -> float:
+    """A GPU probe's price per dispatched op: measured (op_seconds), or for a schema-3 record made before, what
+    its per-layer measurement comes to per op with the stack's elementwise work (charged there at the probe's
+    elementwise rate, which on a GPU times launches, not elements) put back. 0: price layers as before."""
+    if probe.get("op_seconds") is not None:
+        return float(probe["op_seconds"])
+    other = (probe["kinds"].get("other") or {}).get("flops_per_second")
+    if probe.get("schema_version", 1) < 3 or not other or probe.get("layer_seconds") is None:
+        return 0.0
+    elementwise = STACK_ELEMENTS_PER_IMAGE * probe["batch_size"] / other
+    return (STACK_LAYERS * probe["layer_seconds"] + elementwise) / STACK_OPS
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -213,14 +213,16 @@ def tiny_model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
 
 
-def _work_seconds(model: nn.Module, kinds: dict, batch: int) -> float:
-    """A training step's FLOPs and elements by kind (nets' counting) at the kinds' measured rates; a kind not
-    measured counts at the dense convolution's rate."""
+def _work_seconds(model: nn.Module, kinds: dict, batch: int, skip: tuple[str, ...] = ()) -> float:
+    """A training step's FLOPs and elements by kind (nets' counting) at the kinds' measured rates, the kinds in
+    `skip` left out; a kind not measured counts at the dense convolution's rate."""
     cost = nets.training_cost(model)["flops_by_kind"]
     dense = kinds.get("conv", {}).get("flops_per_second")
     if not dense:
         return 0.0
-    return batch * sum(work / ((kinds.get(k) or {}).get("flops_per_second") or dense) for k, work in cost.items())
+    return batch * sum(
+        work / ((kinds.get(k) or {}).get("flops_per_second") or dense) for k, work in cost.items() if k not in skip
+    )
 
 
 def stacked_model(blocks: int) -> nn.Module:
@@ -375,6 +377,7 @@ def run(
         "kinds": {},
         "fixed_step_seconds": None,
         "layer_seconds": None,
+        "op_seconds": None,
         "optimizer_seconds_per_parameter": None,
         "layer_table": None,
         "host_to_device_bytes_per_second": None,
@@ -419,6 +422,12 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     work = _work_seconds(stack, doc["kinds"], batch) - _work_seconds(tiny, doc["kinds"], batch)
     # what each further layer adds beyond its FLOPs and elements (charged at the rates measured above)
     doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, work)) / (2 * LAYER_STACK)
+    # what each further dispatched op adds beyond the FLOPs of convolutions, matmuls and attention, its
+    # normalisation or activation included: how a GPU's eager step is priced (launches, not elements)
+    flops = _work_seconds(stack, doc["kinds"], batch, skip=("other",))
+    flops -= _work_seconds(tiny, doc["kinds"], batch, skip=("other",))
+    ops = nets.training_cost(stack)["ops_per_step"] - nets.training_cost(tiny)["ops_per_step"]
+    doc["op_seconds"] = max(0.0, stacked - fixed - max(0.0, flops)) / ops
     doc["optimizer_seconds_per_parameter"] = optimizer_seconds(device, budget_seconds * SHARES["optimizer"])
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
