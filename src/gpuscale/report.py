@@ -90,8 +90,6 @@ def _cell(column: str, value) -> str:
         return "yes" if value else "no"
     if column == "source":
         return words.source_short(value)
-    if column == "study":  # a folder name reads whole: no line break at its hyphens
-        return str(value).replace("-", "\u2011")
     if column in ("device", "base_device", "gpu_device"):
         return words.device(value)
     if column == "phase":
@@ -470,15 +468,15 @@ def validation_summary_table(pred: dict) -> dict | None:
     rows = pred["validation_summary"]
     if not rows:
         return None
-    rows = [
-        {**r, "meets_target": {True: "yes", False: "no"}.get(r["meets_target"], "(speedup only)")}
-        for r in _by_check(rows)
-    ]
+    columns = [c for c in SPEEDUP_CHECK_COLUMNS if c not in ("meets_target", "floor_meets_target_share")]
+    columns.insert(columns.index("variant"), "device")
+    rows = [{c: r.get(c) for c in columns} for r in _by_check(rows)]
     return table(
         "validation_summary",
-        f"The cost model's checks: errors per study folder, check, device and variant (targets, for the speedup: "
-        f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%)",
+        "The cost model's checks per device: the CPU epoch, the GPU epoch and the speedup, each beside its noise "
+        "floor (the speedup's targets and the share of repeats meeting them: the table above)",
         _frame(rows),
+        columns,
     )
 
 
@@ -524,8 +522,24 @@ def validation_rows_table(pred: dict) -> dict | None:
     rows = pred["validation"]
     if not rows:
         return None
-    columns = ["study", "check", "model", "device", "variant", "predicted", "measured", "error_percent", "bound"]
-    return table("validation", "Every checked prediction against its measurement", _frame(_by_check(rows)), columns)
+    columns = [
+        "study",
+        "check",
+        "model",
+        "device",
+        "variant",
+        "predicted",
+        "measured",
+        "error_percent",
+        "bound",
+        "calibration",
+    ]
+    return table(
+        "validation",
+        "Every checked prediction against its measurement (epochs in seconds, the speedup as a ratio)",
+        _frame(_by_check(rows)),
+        columns,
+    )
 
 
 def paper_table(pred: dict) -> dict | None:
@@ -564,38 +578,37 @@ def validation_verdicts(pred: dict) -> dict[str, list[str]]:
 
 
 def _overall_verdict(speedups: list[dict]) -> str:
-    """One paragraph over every check's speedup: how many meet both targets; which meet each target, or the best
-    figure where none does; which folders' measurements are too noisy to test the targets at all."""
+    """One paragraph over every check's speedup: how many meet both targets; per target, how many checks meet it
+    and the best; which folders' measurements are too noisy to test the targets (a perfect model would meet both
+    in fewer than half the repeats)."""
     met = [s for s in speedups if s["meets_target"]]
 
-    def named(s: dict, key: str) -> str:
+    def named(s: dict) -> str:
         study, check = words.check_of(s["source"])
-        return f"{study}, {check}, {s['variant']}: {s[key]:.1f}%"
+        return f"{study}, {check}" + (f", {s['variant']} variant" if s["variant"] != "paper" else "")
 
-    def meeting(key: str, target: float, what: str) -> str:
-        ok = sorted((s for s in speedups if s[key] <= target), key=lambda s: s[key])
-        if ok:
-            return f"the {what} target ({target:.0f}%) is met by {'; '.join(named(s, key) for s in ok)}"
+    def target(what: str, key: str, limit: float) -> str:
+        ok = [s for s in speedups if s[key] <= limit]
         best = min(speedups, key=lambda s: s[key])
-        return f"the {what} target ({target:.0f}%) is met by none (best {named(best, key)})"
+        count = f"met by {len(ok)} of {len(speedups)} checks" if ok else "met by none"
+        return f"{what} ({limit:.0f}%): {count}, best {best[key]:.1f}% ({named(best)})."
 
-    verdict = f"{len(met)} of {len(speedups)} checks meet both targets" if met else "No check meets both targets"
-    noisy = [
-        s for s in speedups if s.get("floor_meets_target_share") is not None and s["floor_meets_target_share"] < 0.5
-    ]
+    verdict = f"{len(met)} of {len(speedups)} checks meet both targets." if met else "No check meets both targets."
+    shares = {id(s): s.get("floor_meets_target_share") for s in speedups}
+    noisy = [s for s in speedups if shares[id(s)] is not None and shares[id(s)] < 0.5]
     floor = ""
     if noisy:
         folders = sorted({words.check_of(s["source"])[0] for s in noisy})
-        shares = sorted(s["floor_meets_target_share"] for s in noisy)
+        listed = folders[0] if len(folders) == 1 else f"{', '.join(folders[:-1])} and {folders[-1]}"
+        low, high = min(shares[id(s)] for s in noisy), max(shares[id(s)] for s in noisy)
+        span = words.percent(low, 0) if low == high else f"{words.percent(low, 0)}–{words.percent(high, 0)}"
         floor = (
-            f" The measurements of {', '.join(folders)} are too noisy to test the targets: against them a perfect "
-            f"model would meet both in only {words.percent(shares[0], 0)}–{words.percent(shares[-1], 0)} of repeats "
-            f"(the noise-floor columns)."
+            f" The measurements of {listed} are too noisy to test the targets: there a perfect model "
+            f"would meet both in only {span} of repeats."
         )
-    return (
-        f"{verdict}: {meeting('median_abs_error_percent', MEDIAN_TARGET, 'median')}; "
-        f"{meeting('worst_abs_error_percent', WORST_TARGET, 'worst-case')}.{floor}"
-    )
+    median = target("Median target", "median_abs_error_percent", MEDIAN_TARGET)
+    worst = target("Worst-case target", "worst_abs_error_percent", WORST_TARGET)
+    return f"{verdict} {median} {worst}{floor}"
 
 
 def paper_verdicts(pred: dict) -> dict[str, list[str]]:
