@@ -643,9 +643,7 @@ def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_meas
     assert [[c["text"] for c in row][4:8] for row in checks["rows"]] == [["37.5%", "37.5%", "resnet50", "no"]]
     assert "perfect model" in checks["caption"] and "noise floor: worst error" in checks["header"]
     assert any("resnet50 −38%" in v for v in section["verdicts"]["misses"])
-    assert section["verdicts"]["targets"][0].startswith(
-        "No check meets both targets. Median target (15%): met by none"
-    )
+    assert section["verdicts"]["targets"][0].startswith("No check meets both targets. Median target (15%): met by none")
     assert section["paper"] is None and section["paper_verdicts"] == {"main": [], "rates": []}
 
 
