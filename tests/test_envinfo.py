@@ -66,6 +66,14 @@ def test_capture_records_build_flags_and_memory():
     assert env["torch_build"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert isinstance(env["cpu_flags"], list) and set(env["cpu_flags"]) <= set(envinfo.SIMD_FLAGS)
     assert env["memory_bytes"] > 0
+    assert env["boot_id"] == envinfo.boot_id()
+
+
+def test_the_boot_id_is_this_boot_s_or_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(envinfo, "BOOT_ID", tmp_path / "boot_id")
+    assert envinfo.boot_id() is None  # not Linux, or no such file
+    (tmp_path / "boot_id").write_text("dfacb20b-8cd1-41c5-86ae-ea7a15249d1d\n")
+    assert envinfo.boot_id() == "dfacb20b-8cd1-41c5-86ae-ea7a15249d1d"
 
 
 def test_memory_falls_back_without_psutil(monkeypatch):

@@ -347,6 +347,18 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (Linux), or None: runs that share it ran in one boot, e.g. one lease of a rented
+    GPU machine, whose host speed can differ from the next lease's while its fingerprint stays the same."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def capture(device) -> dict:
     """The environment of a run on `device` (a torch.device)."""
     import numpy
@@ -387,6 +399,7 @@ def capture(device) -> dict:
     return {
         "host": socket.gethostname(),
         "host_fingerprint": host_fingerprint(),
+        "boot_id": boot_id(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
