@@ -371,6 +371,36 @@ def capture(device) -> dict:
         physical = psutil.cpu_count(logical=False)
     except ImportError:
         physical = None
+    return {
+        "host": socket.gethostname(),
+        "host_fingerprint": host_fingerprint(),
+        "boot_id": boot_id(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model(),
+        "cpu_logical_cores": os.cpu_count(),
+        "cpu_physical_cores": physical,
+        "memory_bytes": memory_bytes(),
+        "cpu_flags": list(cpu_flags()),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "gpu": _gpu(device),
+        "torch_version": torch.__version__,
+        "torchvision_version": torchvision.__version__,
+        "numpy_version": numpy.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "git": git_commit(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "torch_build": torch_build(torch),
+    }
+
+
+def _gpu(device) -> dict | None:
+    """The accelerator a run on `device` uses, as the record names it; None on a CPU."""
+    import torch
+
     gpu = None
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -396,27 +426,4 @@ def capture(device) -> dict:
             "count_on_host": 1,
             "driver_version": None,
         }
-    return {
-        "host": socket.gethostname(),
-        "host_fingerprint": host_fingerprint(),
-        "boot_id": boot_id(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_model": cpu_model(),
-        "cpu_logical_cores": os.cpu_count(),
-        "cpu_physical_cores": physical,
-        "memory_bytes": memory_bytes(),
-        "cpu_flags": list(cpu_flags()),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "gpu": gpu,
-        "torch_version": torch.__version__,
-        "torchvision_version": torchvision.__version__,
-        "numpy_version": numpy.__version__,
-        "cuda_version": torch.version.cuda,
-        "cudnn_version": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "git": git_commit(),
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "torch_build": torch_build(torch),
-    }
+    return gpu
