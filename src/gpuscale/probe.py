@@ -213,10 +213,9 @@ def tiny_model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
 
 
-def _work_seconds(model: nn.Module, kinds: dict, batch: int, skip: tuple[str, ...] = ()) -> float:
-    """A training step's FLOPs and elements by kind (nets' counting) at the kinds' measured rates, the kinds in
-    `skip` left out; a kind not measured counts at the dense convolution's rate."""
-    cost = nets.training_cost(model)["flops_by_kind"]
+def _work_seconds(cost: dict, kinds: dict, batch: int, skip: tuple[str, ...] = ()) -> float:
+    """A training step's FLOPs and elements by kind (`cost`: nets.training_cost's flops_by_kind) at the kinds'
+    measured rates, the kinds in `skip` left out; a kind not measured counts at the dense convolution's rate."""
     dense = kinds.get("conv", {}).get("flops_per_second")
     if not dense:
         return 0.0
@@ -419,15 +418,18 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
     fixed, _ = _timed(_train_step(tiny, device, batch), device, budget_seconds * SHARES["fixed"])
     stacked, _ = _timed(_train_step(stack, device, batch), device, budget_seconds * SHARES["layers"])
     doc["fixed_step_seconds"] = fixed
-    work = _work_seconds(stack, doc["kinds"], batch) - _work_seconds(tiny, doc["kinds"], batch)
+    stack_cost, tiny_cost = nets.training_cost(stack), nets.training_cost(tiny)
+
+    def extra_work(skip: tuple[str, ...] = ()) -> float:  # the stack's work beyond the tiny model's, in seconds
+        stack_work = _work_seconds(stack_cost["flops_by_kind"], doc["kinds"], batch, skip)
+        return stack_work - _work_seconds(tiny_cost["flops_by_kind"], doc["kinds"], batch, skip)
+
     # what each further layer adds beyond its FLOPs and elements (charged at the rates measured above)
-    doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, work)) / (2 * LAYER_STACK)
+    doc["layer_seconds"] = max(0.0, stacked - fixed - max(0.0, extra_work())) / (2 * LAYER_STACK)
     # what each further dispatched op adds beyond the FLOPs of convolutions, matmuls and attention, its
     # normalisation or activation included: how a GPU's eager step is priced (launches, not elements)
-    flops = _work_seconds(stack, doc["kinds"], batch, skip=("other",))
-    flops -= _work_seconds(tiny, doc["kinds"], batch, skip=("other",))
-    ops = nets.training_cost(stack)["ops_per_step"] - nets.training_cost(tiny)["ops_per_step"]
-    doc["op_seconds"] = max(0.0, stacked - fixed - max(0.0, flops)) / ops
+    ops = stack_cost["ops_per_step"] - tiny_cost["ops_per_step"]
+    doc["op_seconds"] = max(0.0, stacked - fixed - max(0.0, extra_work(skip=("other",)))) / ops
     doc["optimizer_seconds_per_parameter"] = optimizer_seconds(device, budget_seconds * SHARES["optimizer"])
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
