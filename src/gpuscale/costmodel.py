@@ -33,7 +33,7 @@ import json
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -482,23 +482,17 @@ def _fit_sharpness(cal: Calibration, obs: list[Observation], bound: list[Observa
     """The pipeline's sharpness from PIPELINE_SHARPNESS_GRID that fits every observation best (least squares of log
     errors; the slower stage unless another is strictly better), and with it the input pipeline's own rate: a
     loader-bound epoch E whose steps computed E x (1 - wait) carried (E^p - (E(1 - wait))^p)^(1/p) of loading."""
+
+    def loading(o: Observation, p: float | None) -> float:  # a loader-bound epoch's loading, per image
+        if p is None:
+            return o.epoch_seconds / o.images
+        computed = o.epoch_seconds * (1.0 - (o.data_wait_fraction or 0.0))
+        return (o.epoch_seconds**p - computed**p) ** (1.0 / p) / o.images
+
     best = None
     for p in PIPELINE_SHARPNESS_GRID:
-        loaders = [
-            (o.epoch_seconds**p - (o.epoch_seconds * (1.0 - (o.data_wait_fraction or 0.0))) ** p) ** (1.0 / p)
-            if p is not None
-            else o.epoch_seconds
-            for o in bound
-        ]
-        trial = Calibration(
-            **{
-                **asdict(cal),
-                "pipeline_sharpness": p,
-                "loader_seconds_per_image": statistics.median(
-                    x / o.images for x, o in zip(loaders, bound, strict=True)
-                ),
-            }
-        )
+        per_image = statistics.median(loading(o, p) for o in bound)
+        trial = replace(cal, pipeline_sharpness=p, loader_seconds_per_image=per_image)
         error = sum(
             math.log(
                 predict_epoch(trial, facts[o.model], o.images, math.ceil(o.images / o.steps))["epoch_seconds"]
@@ -615,6 +609,11 @@ MEDIAN_VARIANCE_FACTOR = math.pi / 2
 FLOOR_DRAWS = 4000
 
 
+def _median_variance(variance: float, k: int) -> float:
+    """The variance of the median of k values each of this variance (of 1 or 2 values: the mean)."""
+    return variance / k * (MEDIAN_VARIANCE_FACTOR if k >= 3 else 1.0)
+
+
 @dataclass(frozen=True)
 class Spread:
     """How much a measured epoch of one (host, device, protocol) moves between repeats, as variances of
@@ -628,8 +627,7 @@ class Spread:
 
     def observation_log_sd(self, o: Observation) -> float:
         """The log-sd of an observation's epoch value: the median of its steady epochs, the median over its seeds."""
-        k = max(o.steady_epochs, 1)
-        within = self.epoch_variance / k * (MEDIAN_VARIANCE_FACTOR if k >= 3 else 1.0)
+        within = _median_variance(self.epoch_variance, max(o.steady_epochs, 1))
         return math.sqrt((self.run_variance + within) / max(o.seeds, 1))
 
 
@@ -662,8 +660,7 @@ def measured_spreads(folders: dict[str, list[dict]]) -> dict[tuple, Spread]:
         for (*group_key, _folder, _model), runs in groups.items():
             if tuple(group_key) == key and len(runs) >= 2:
                 medians = [statistics.median(x) for x in runs]
-                k = min(len(x) for x in runs)
-                share = epoch_variance / k * (MEDIAN_VARIANCE_FACTOR if k >= 3 else 1.0)
+                share = _median_variance(epoch_variance, min(len(x) for x in runs))
                 between.append((max(statistics.variance(medians) - share, 0.0), len(runs) - 1))
         run_variance, run_dof = _pooled(between)
         out[key] = Spread(epoch_variance, epoch_dof, run_variance, run_dof)
