@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import math
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -188,23 +189,26 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
     return rows
 
 
-def _table_probe(name: str, obs: list[cm.Observation], probes: dict[str, dict[str, dict]]) -> tuple[str, dict] | None:
-    """The CPU probe whose layer table prices a folder: its own, else (first in the checked order) another checked
-    folder's CPU probe made on the same host (fingerprint) as the folder's CPU records; None where neither has one.
-    The table measures isolated layers, not any folder's runs, so a probe of the same host from another machine
-    lease may price a folder whose own lease had no probe (the table's scale is fitted to the folder's records)."""
-
-    def table(probe: dict | None) -> bool:
-        return bool(probe and probe.get("status") == "measured" and cm.from_probe(probe).table_seconds_per_image)
-
-    own = (probes.get(name) or {}).get("cpu")
-    if table(own):
-        return name, own
+def _table_prior(name: str, obs: list[cm.Observation], probes: dict[str, dict[str, dict]]) -> cm.Calibration | None:
+    """The CPU probe whose layer table prices a folder, as constants naming where it was made (table_from): the
+    folder's own, else (first in the checked order) another checked folder's CPU probe made on the same host
+    (fingerprint) as the folder's CPU records; None where neither has one. The table measures isolated layers, not
+    any folder's runs, so a probe of the same host from another machine lease may price a folder whose own lease
+    had no probe (the table's scale is fitted to the folder's records)."""
     hosts = {o.host_fingerprint for o in obs if o.device == "cpu" and o.host_fingerprint}
-    for other, folder_probes in probes.items():
-        probe = (folder_probes or {}).get("cpu")
-        if other != name and table(probe) and probe["environment"].get("host_fingerprint") in hosts:
-            return other, probe
+    candidates = [(name, (probes.get(name) or {}).get("cpu"))]
+    candidates += [
+        (other, probe)
+        for other, folder_probes in probes.items()
+        if other != name
+        and (probe := (folder_probes or {}).get("cpu"))
+        and probe["environment"].get("host_fingerprint") in hosts
+    ]
+    for table_from, probe in candidates:
+        if probe and probe.get("status") == "measured":
+            prior = cm.from_probe(probe)
+            if prior.table_seconds_per_image:
+                return replace(prior, table_from=table_from)
     return None
 
 
@@ -214,12 +218,9 @@ def _held_out_on_layer_table(
     """Leave-one-model-out again, the CPU's constants fitted on a CPU probe's layer table of the same host (fixed
     step and the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'. The
     calibration column names the folder whose probe the table came from."""
-    found = _table_probe(name, obs, probes)
-    if found is None or not obs:
+    prior = _table_prior(name, obs, probes)
+    if prior is None or not obs:
         return []
-    table_from, probe = found
-    prior = cm.from_probe(probe)
-    prior.table_from = table_from
     source = f"{name}{words.ON_LAYER_TABLE}"
     paper = [o for o in obs if o.variant == "paper"]  # the table prices `paper` steps; other variants: as held out
     rows = [{**r, "source": source} for r in cm.leave_one_model_out(paper, facts, {("cpu", "paper"): prior})]
