@@ -397,35 +397,21 @@ def test_a_folder_without_a_table_borrows_the_table_of_a_probe_of_the_same_host_
     (lease / "probe").mkdir(parents=True)
     (lease / "probe" / "cpu.json").write_text(json.dumps(table_probe("cpu", fixed=0.02, optimizer=0.0, table=table)))
     out = tmp_path / "out"
-    predict.run(
-        [probes],
-        [str(ref)],
-        out,
-        ["m0"],
-        images=1000,
-        batch_size=100,
-        facts_path=facts_path,
-        validation_folders=[str(lease)],
-    )
-    got = predict.tables(out)
-    on_table = [r for r in got["validation"] if r["source"] == f"{ref} (held out, layer table)"]
+
+    def checked() -> list[dict]:  # the reference checked, the lease folder beside it
+        kwargs = {"images": 1000, "batch_size": 100, "facts_path": facts_path, "validation_folders": [str(lease)]}
+        predict.run([probes], [str(ref)], out, ["m0"], **kwargs)
+        return predict.tables(out)["validation"]
+
+    validation = checked()
+    on_table = [r for r in validation if r["source"] == f"{ref} (held out, layer table)"]
     assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
     assert {r["calibration"] for r in on_table if r["device"] == "cpu"} == {f"records on the layer table of {lease}"}
     # a probe of another host prices nothing here
     other = json.loads((lease / "probe" / "cpu.json").read_text())
     other["environment"]["host_fingerprint"] = "host2"
     (lease / "probe" / "cpu.json").write_text(json.dumps(other))
-    predict.run(
-        [probes],
-        [str(ref)],
-        out,
-        ["m0"],
-        images=1000,
-        batch_size=100,
-        facts_path=facts_path,
-        validation_folders=[str(lease)],
-    )
-    assert not [r for r in predict.tables(out)["validation"] if r["source"].endswith("(held out, layer table)")]
+    assert not [r for r in checked() if r["source"].endswith("(held out, layer table)")]
 
 
 def epochs_record(model, device, epochs, seed=0, sampled=False, fingerprint="host1"):

@@ -256,10 +256,10 @@ CHECKS = {ON_LAYER_TABLE: "held out, CPU on the layer table", PROBE_ONLY: "probe
 CHECK_KEY = {
     HELD_OUT: "each model held out (its records left out), the constants fitted on the other models' records "
     "of the folder, the model predicted",
-    "held out, CPU on the layer table": "the same, the CPU's constants (fixed step, the table's scale) fitted on a "
+    CHECKS[ON_LAYER_TABLE]: "the same, the CPU's constants (fixed step, the table's scale) fitted on a "
     "CPU probe's layer table instead of FLOPs by kind: the folder's own probe's, else that of another checked "
     "folder's probe of the same host (fingerprint), made in another lease (the 'constants from' column names it)",
-    "probes alone": "no record used: every model predicted from the folder's own probes",
+    CHECKS[PROBE_ONLY]: "no record used: every model predicted from the folder's own probes",
 }
 
 
