@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("probe", "measure a device's layer throughputs, step costs and input pipeline (about a minute)"),
     "predict": ("predict", "probe records and model facts -> predicted epochs and speedups, validated"),
     "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),
+    "sentinel": ("sentinel", "measure the machine state the timings depend on (a few seconds; a witness)"),
 }
 DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the stages of the Snakemake/DVC workflow)"
 EXIT_USAGE = 2

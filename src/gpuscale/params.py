@@ -8,6 +8,7 @@ tool launched the stage. Torch-free: the Snakefile imports this module.
 from __future__ import annotations
 
 import copy
+import random
 import difflib
 import functools
 import re
@@ -229,15 +230,32 @@ def select(config: dict, keys: list[str], item: dict | None = None) -> dict:
 
 
 def run_keys(config: typed.Params | dict) -> list[dict]:
-    """Every (model, device, variant, seed) the study asks for, in a stable order."""
+    """Every (model, device, variant, seed) the study asks for, and for study.rounds > 1 every round after the
+    first too ("round": N; the first round's keys carry none), in the order the timing jobs run (timing_order)."""
+    return timing_order(config)
+
+
+def timing_order(config: typed.Params | dict) -> list[dict]:
+    """The study's runs in the order they are timed. `interleaved` (RMIT: randomized multiple interleaved trials):
+    in each round, the (model, variant, seed) blocks in a random order and, inside a block, the devices in a random
+    order, so a model's CPU and GPU runs are taken side by side and the machine's drift falls on both; the order
+    is drawn from study.order_seed and the round, so it is the same on every call. `grouped`: the lists' order."""
     study = typed.Params.of(config).study
-    return [
-        {"model": m, "device": d, "variant": v, "seed": s}
-        for m in study.models
-        for d in study.devices
-        for v in study.variants
-        for s in study.seeds
-    ]
+    blocks = [(m, v, s) for m in study.models for v in study.variants for s in study.seeds]
+    keys = []
+    for round_ in range(1, study.rounds + 1):
+        rng = random.Random(f"{study.order_seed}:{round_}")
+        order = list(blocks)
+        if study.order == "interleaved":
+            rng.shuffle(order)
+        for model, variant, seed in order:
+            devices = list(study.devices)
+            if study.order == "interleaved":
+                rng.shuffle(devices)
+            for device in devices:
+                key = {"model": model, "device": device, "variant": variant, "seed": seed}
+                keys.append(key if round_ == 1 else {**key, "round": round_})
+    return keys
 
 
 SWEEP_PARAMETERS = {"threads": "cpu_threads", "batch": "gpu_batch_sizes"}

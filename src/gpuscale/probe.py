@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gpuscale import envinfo, fsutil, nets
+from gpuscale import envinfo, fsutil, nets, sentinel
 from gpuscale.settings import TrainSettings
 
 log = logging.getLogger("gpuscale.probe")
@@ -392,12 +392,18 @@ def run(
         log.warning("probe: %s not measured: %s", device_slug, reason)
         doc.update(status="not_measured", not_measured_reason=reason)
         doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
+        doc["conditions"] = sentinel.conditions(envinfo.boot_id(), None, None)
     else:
         if device.type == "cpu":
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
+        before = sentinel.measure(train, device)
         _measure(doc, device, device_slug, train, budget_seconds, quick)
+        doc["conditions"] = sentinel.conditions(doc["environment"].get("boot_id"), before, sentinel.measure(train, device))
+        drifted = sentinel.drift_line(doc["conditions"])
+        if drifted:
+            log.warning("probe %s: %s", device_slug, drifted.replace("this job", "this probe"))
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc

@@ -20,8 +20,8 @@ from typing import Any
 from gpuscale import fsutil
 
 DATA_FILES = ("schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 KIND = "gpuscale.run"
 
 
@@ -35,18 +35,22 @@ class RecordError(ValueError):
 
 @dataclass(frozen=True)
 class Key:
-    """Which run: (model, device, variant, seed), and for a sweep run the swept parameter and value."""
+    """Which run: (model, device, variant, seed), its round of the study's interleaved order (study.rounds: the
+    same run repeated), and for a sweep run the swept parameter and value."""
 
     model: str
     device: str
     variant: str
     seed: int
     sweep: dict | None = None
+    round: int = 1
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         if self.sweep is None:
             del out["sweep"]
+        if self.round == 1:  # the first (often only) round: its key reads as before rounds existed
+            del out["round"]
         return out
 
 
@@ -173,10 +177,10 @@ SECTIONS = {
 }
 
 
-def key_of(settings: dict) -> dict:
-    """A run's key from its settings (gpuscale.params.run_settings / sweep_settings)."""
+def key_of(settings: dict, round_: int = 1) -> dict:
+    """A run's key from its settings (gpuscale.params.run_settings / sweep_settings) and its round."""
     return Key(
-        settings["model"], settings["device"], settings["variant"], settings["seed"], settings.get("sweep")
+        settings["model"], settings["device"], settings["variant"], settings["seed"], settings.get("sweep"), round_
     ).to_dict()
 
 
@@ -187,6 +191,7 @@ def not_measured(base: dict, reason: str, environment: dict, started_at: str, fi
         "status": "not_measured",
         "not_measured_reason": reason,
         "environment": _checked(Environment, environment, open_ended=True),
+        "conditions": {"lease": lease_of(environment), "before": None, "after": None, "drifted": None, "drift": {}},
         "timing": None,
         "epochs": [],
         "phase_profile": None,
@@ -211,13 +216,16 @@ def measured(
     distributed: dict | None,
     segments: list[dict],
     finished_at: str,
+    conditions: dict,
 ) -> dict:
-    """The record of a measured run; `segments` are the processes that timed its epochs (resume)."""
+    """The record of a measured run; `segments` are the processes that timed its epochs (resume); `conditions` the
+    lease and the sentinels around the job (gpuscale.sentinel.conditions)."""
     return {
         **base,
         "status": "measured",
         "not_measured_reason": None,
         "environment": _checked(Environment, environment, open_ended=True),
+        "conditions": conditions,
         "timing": _checked(Timing, timing),
         "epochs": [_checked(Epoch, e) for e in epochs],
         "phase_profile": _checked(PhaseProfile, phase_profile),
@@ -231,8 +239,20 @@ def measured(
     }
 
 
-def record_path(model: str, device: str, variant: str, seed: int, root: str = "results/runs") -> str:
-    return f"{root}/{model}/{device}/{variant}-seed{seed}.json"
+def lease_of(environment: dict | None) -> str:
+    """The lease a record's run was measured in: the machine's boot id, else 'unknown'."""
+    return (environment or {}).get("boot_id") or "unknown"
+
+
+def record_path(
+    model: str, device: str, variant: str, seed: int, root: str = "results/runs", round: int = 1  # noqa: A002
+) -> str:
+    """Where a study run's record lies; rounds after the first (study.rounds) get a -roundN suffix."""
+    return f"{root}/{model}/{device}/{variant}-seed{seed}{round_suffix(round)}.json"
+
+
+def round_suffix(round_: int) -> str:
+    return "" if round_ == 1 else f"-round{round_}"
 
 
 def sweep_record_path(
@@ -298,10 +318,16 @@ def upgrade(record: dict) -> dict:
     sections an older schema lacks, or that the schema lets a record leave out, are filled in as absent
     (None) or their neutral value; schema_version is kept as written.
 
+    3 -> 4 added conditions (the lease and the sentinels; an older record's lease is its environment.boot_id where
+    it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round).
     2 -> 3 added step marks, process.segments and distributed (a single process: None).
     1 -> 2 added the phase profile, energy, variant details and sampled epochs (never sampled: False).
     """
     record = {**record, "epochs": [dict(e) for e in record["epochs"]]}
+    record.setdefault(
+        "conditions",
+        {"lease": lease_of(record.get("environment")), "before": None, "after": None, "drifted": None, "drift": {}},
+    )
     for name in ("phase_profile", "energy", "variant", "distributed"):
         record.setdefault(name, None)
     for epoch in record["epochs"]:
@@ -316,7 +342,12 @@ def upgrade(record: dict) -> dict:
 
 
 def key(record: dict) -> tuple:
-    """(model, device, variant, seed), plus (parameter, value) for a sweep run."""
+    """(model, device, variant, seed), plus ("round", N) for a round after the first and (parameter, value) for a
+    sweep run."""
     k = record["key"]
-    sweep = k.get("sweep")
-    return (k["model"], k["device"], k["variant"], k["seed"]) + ((sweep["parameter"], sweep["value"]) if sweep else ())
+    sweep, round_ = k.get("sweep"), k.get("round", 1)
+    return (
+        (k["model"], k["device"], k["variant"], k["seed"])
+        + (("round", round_) if round_ != 1 else ())
+        + ((sweep["parameter"], sweep["value"]) if sweep else ())
+    )

@@ -240,6 +240,9 @@ class Study(_Section):
     seeds: tuple[int, ...]
     on_missing_device: str  # record or error
     label: str | None = None
+    rounds: int = 1  # the whole interleaved set again (repeats of the same seeds)
+    order: str = "interleaved"  # or grouped: the order of the lists
+    order_seed: int = 0
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Study:
@@ -282,6 +285,7 @@ class ReportSettings(_Section):
     accuracy_tolerance: float
     reference: tuple[str, ...]
     skip_bad_records: bool
+    pairing: str = "same-lease"  # or any: CPU and GPU of different leases paired too, marked cross-lease
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ReportSettings:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gpuscale import data as data_stage
-from gpuscale import energy, envinfo, eta, loaders, nets, record, sampling, timinglock, variants
+from gpuscale import energy, envinfo, eta, loaders, nets, record, sampling, sentinel, timinglock, variants
 from gpuscale.models import MODELS
 from gpuscale.settings import DeviceSpec, RunSettings, TrainSettings
 
@@ -363,7 +363,13 @@ def spec_unavailable_reason(spec: str) -> str | None:
 
 
 def run(
-    settings: dict, data_dir: Path, out: Path, threads: int | None, label: str | None = None, resume: bool = False
+    settings: dict,
+    data_dir: Path,
+    out: Path,
+    threads: int | None,
+    label: str | None = None,
+    resume: bool = False,
+    round_: int = 1,
 ) -> dict:
     """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
     run = RunSettings.from_dict(settings)  # validated params, typed once
@@ -378,7 +384,7 @@ def run(
             timinglock.hold(watch_parent=False),
             variants.compile_cache(run.variant_knobs, device_type) as cache,
         ):
-            return _run(settings, data_dir, out, threads, label, resume, ctx, cache)
+            return _run(settings, data_dir, out, threads, label, resume, ctx, cache, round_)
     finally:
         if ctx is not None:
             distributed.teardown()
@@ -398,6 +404,7 @@ class RunContext:
     ctx: object | None = None  # gpuscale.distributed.Context of a data-parallel run
     distributed: dict | None = None
     tag: str = ""
+    round: int = 1  # of the study's interleaved order (study.rounds)
     environment: dict = field(default_factory=dict)
     first_epoch: int = 1
     loop_start: float = 0.0  # envinfo.capture, once the device is set up
@@ -430,6 +437,7 @@ def _run(
     resume: bool,
     ctx,
     cache: dict | None = None,
+    round_: int = 1,
 ) -> dict:
     """Train one run as `settings` (gpuscale.params.run_settings) says and write its record to `out`.
 
@@ -439,6 +447,7 @@ def _run(
     lists which process timed which epochs.
     """
     run_ctx = prepare_context(settings, out, threads, resume, ctx)
+    run_ctx.round = round_
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
     model = MODELS[run_ctx.run.model].build(len(dataset.classes))
     base = base_record(run_ctx, label, model, manifest, manifest_sha256)
@@ -452,10 +461,12 @@ def _run(
     environment["timing_lock"] = timinglock.describe()  # {path, held, waited_seconds, holder_pid}
     run_ctx.environment = environment
     log_start(run_ctx, base, environment)
+    before = take_sentinel(run_ctx, "before")
     meters = energy.gpu_meter(run_ctx.device), energy.cpu_meter()
     epochs, segments, ckpt = train_epochs(run_ctx, training, meters, manifest_sha256)
     phase_profile = profile(run_ctx, training, epochs)
-    result = measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters)
+    conditions = sentinel.conditions(environment.get("boot_id"), before, take_sentinel(run_ctx, "after"))
+    result = measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, conditions)
     if ctx is not None and not ctx.is_main:
         return result  # rank 0 writes the one record
     record.write(out, result)
@@ -464,7 +475,22 @@ def _run(
     checkpoint.discard(out, "the run finished")  # also one left by a killed run that had runtime.resume on
     total = result["timing"]["total_train_seconds"]
     log.info("%s %.2f s training in %d epochs -> %s", run_ctx.tag, total, run_ctx.train.epochs, out)
+    drifted = sentinel.drift_line(conditions)
+    if drifted:
+        log.warning("%s %s", run_ctx.tag, drifted)
     return result
+
+
+def take_sentinel(run_ctx: RunContext, when: str) -> dict | None:
+    """The sentinel (gpuscale.sentinel) on the run's device, with its train settings and threads; rank 0 only."""
+    if run_ctx.ctx is not None and not run_ctx.ctx.is_main:
+        return None
+    doc = sentinel.measure(run_ctx.train, run_ctx.device)
+    parts = ", ".join(
+        f"{name} {sentinel.format_value(name, c['value'])}" for name, c in doc["components"].items()
+    )
+    log.info("%s sentinel %s (%.1f s): %s", run_ctx.tag, when, doc["seconds"], parts)
+    return doc
 
 
 def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool, ctx) -> RunContext:
@@ -503,7 +529,7 @@ def base_record(run_ctx: RunContext, label: str | None, model: nn.Module, manife
     return {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
-        "key": record.key_of(run_ctx.settings),
+        "key": record.key_of(run_ctx.settings, run_ctx.round),
         "label": label,
         "settings": run_ctx.settings,
         "model": model_info(run_ctx.run.model, model),
@@ -769,7 +795,7 @@ def profile(run_ctx: RunContext, training: Training, epochs: list[dict]) -> dict
     return phase_profile
 
 
-def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters) -> dict:
+def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, conditions) -> dict:
     clock = "perf_counter after torch.cuda.synchronize" if run_ctx.device.type == "cuda" else "perf_counter"
     wall_seconds = time.perf_counter() - run_ctx.wall_start
     return record.measured(
@@ -783,4 +809,5 @@ def measured_record(run_ctx, base, environment, epochs, segments, phase_profile,
         distributed=run_ctx.distributed,
         segments=segments,
         finished_at=now_iso(),
+        conditions=conditions,
     )

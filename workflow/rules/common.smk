@@ -49,6 +49,43 @@ def all_records():
     return [gp.record_path(**key) for key in gp.run_keys(config)]
 
 
+# The timing jobs' order (gpuscale.params.timing_order): a job's priority is its distance from the end, so with
+# one timing slot Snakemake starts them in that order; sweeps come after the study's runs. Shown by a dry run.
+TIMING_ORDER = gp.run_keys(config)
+_TIMING_RANK = {
+    (k["model"], k["device"], k["variant"], k["seed"], k.get("round", 1)): len(TIMING_ORDER) - i
+    for i, k in enumerate(TIMING_ORDER)
+}
+ROUND_SUFFIX_PATTERN = r"(-round([2-9]|[1-9][0-9]+))?"
+
+
+def round_of(suffix):
+    return int(suffix[len("-round"):]) if suffix else 1
+
+
+def timing_priority(wildcards):
+    key = (wildcards.model, wildcards.device, wildcards.variant, int(wildcards.seed), round_of(wildcards.rsuffix))
+    return _TIMING_RANK.get(key, 0)
+
+
+# A dry run says the order (Snakemake's own listing of jobs is not the order they run in); a real run prints it
+# with each job's predicted duration before the first job (onstart: gpuscale estimate).
+_DRY_RUN = workflow.dryrun or any(
+    a in ("-n", "--dry-run", "--dryrun") or (a.startswith("-n") and a[1:].isalpha()) for a in sys.argv[1:]
+)
+if _DRY_RUN and workflow.is_main_process and not config["predict"]["only"]:
+    _study = config["study"]
+    _how = (
+        f"interleaved, RMIT under study.order_seed {_study.get('order_seed', 0)}"
+        if _study.get("order", "interleaved") == "interleaved"
+        else "grouped, the lists' order"
+    )
+    print(f"gpuscale: timing order ({_how}; sweeps after):", file=sys.stderr)
+    for _i, _k in enumerate(TIMING_ORDER, 1):
+        _round = f" round {_k['round']}" if "round" in _k else ""
+        print(f"  {_i:3d}. {_k['model']} {_k['device']} {_k['variant']} seed {_k['seed']}{_round}", file=sys.stderr)
+
+
 def sweep_records():
     return [gp.sweep_record_path(**key) for key in gp.sweep_keys(config)]
 

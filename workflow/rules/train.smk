@@ -4,30 +4,36 @@ rule train:
         host=rules.host.output.host,
         code=CODE["train"],
     output:
-        record="results/runs/{model}/{device}/{variant}-seed{seed}.json",
+        # rounds after the first (study.rounds) end in -roundN (gpuscale.record.round_suffix)
+        record="results/runs/{model}/{device}/{variant}-seed{seed}{rsuffix}.json",
     params:
         # Everything that shapes this run: an edit to one model's params reruns that model only.
         settings=lambda w: gp.run_settings(config, w.model, w.device, w.variant, int(w.seed)),
         label=lambda w: config["study"].get("label"),
+        # rounds after the first only: the first round's command is the DVC stage's (dvc.yaml runs one round)
+        round_arg=lambda w: f" --round {round_of(w.rsuffix)}" if w.rsuffix else "",
         params_args=PARAMS_ARGS,
     log:
-        "logs/train/{model}/{device}/{variant}-seed{seed}.log",
+        "logs/train/{model}/{device}/{variant}-seed{seed}{rsuffix}.log",
     # wall time, peak memory (max_rss) and CPU time of the whole job, by Snakemake (not a DVC output)
     benchmark:
-        "logs/benchmarks/train/{model}/{device}/{variant}-seed{seed}.tsv",
+        "logs/benchmarks/train/{model}/{device}/{variant}-seed{seed}{rsuffix}.tsv",
     wildcard_constraints:
         device=typed.DEVICE_PATTERN,
         variant=r"[a-z][a-z0-9_]*",
         seed=r"\d+",
+        rsuffix=ROUND_SUFFIX_PATTERN,
     threads: train_threads
     resources:
         # One timing job at a time on a host: profiles/default sets timing_slot=1.
         timing_slot=1,
+    # The interleaved order (study.order, gpuscale.params.timing_order): the first job in it runs first.
+    priority: timing_priority
     message:
-        "Training {wildcards.model} on {wildcards.device} ({wildcards.variant}, seed {wildcards.seed})"
+        "Training {wildcards.model} on {wildcards.device} ({wildcards.variant}, seed {wildcards.seed}{wildcards.rsuffix})"
     shell:
         "gpuscale train {params.params_args} --model {wildcards.model:q} --device {wildcards.device:q}"
-        " --variant {wildcards.variant:q} --seed {wildcards.seed:q} --threads {threads}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed:q}{params.round_arg} --threads {threads}"
         " --data {input.data:q} --out {output.record:q} --log {log:q}"
 
 

@@ -1,4 +1,4 @@
-"""gpuscale train: train and time one (model, device, variant, seed)."""
+"""gpuscale train: train and time one (model, device, variant, seed, round)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--variant", default="paper")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--round", type=int, default=1, help="which round of the study's interleaved order (study.rounds; default 1)"
+    )
     parser.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
     parser.add_argument(
         "--sweep", metavar="PARAM=N", help="a sweep run: threads=N (CPU threads) or batch=N (batch size)"
@@ -54,6 +57,8 @@ def check(args) -> None:
     choice("--variant", args.variant, config.variants)
     if not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed: {args.seed} is out of range (allowed: 0 to {MAX_SEED})")
+    if args.round < 1:
+        raise UsageError(f"--round: {args.round} is out of range (allowed: an integer >= 1)")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
     if args.sweep is not None:
@@ -78,7 +83,7 @@ def default_out(args) -> str:
     if args.sweep:
         parameter, _, value = args.sweep.partition("=")
         return params.sweep_record_path(args.model, args.device, parameter, int(value), args.variant, args.seed)
-    return params.record_path(args.model, args.device, args.variant, args.seed)
+    return params.record_path(args.model, args.device, args.variant, args.seed, round=args.round)
 
 
 def run(args) -> int:
@@ -112,5 +117,6 @@ def run(args) -> int:
             threads=args.threads,
             label=study.label,
             resume=config.runtime.resume,
+            round_=args.round,
         )
     return 0
