@@ -3,7 +3,8 @@
 # tools): `gpuscale train` with params.yaml as it is (10 epochs, the paper's protocol) plus an overlay, one
 # timing job at a time, for the runs named on the command line as DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS, or
 # DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:SWEEP for a sweep run (SWEEP = threads=N or batch=N; sweeps.train applies),
-# or DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:resume for a run longer than one call: it checkpoints every epoch
+# DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:round=N for a later round of the same run (the record is
+# VARIANT-seedSEED-roundN.json), or DEVICE:MODEL:VARIANT:SEED:ESTIMATE_SECONDS:resume for a run longer than one call: it checkpoints every epoch
 # (runtime.resume), starts whatever its estimate, is cut at BUDGET, and the next call on the same (still warm)
 # machine continues it from its last epoch; its record lists which process timed which epochs.
 # An argument overlay=FILE switches the overlay for the runs after it; an overlay with a `data:` section gets
@@ -38,10 +39,12 @@ for spec in "$@"; do
   if [[ $spec == overlay=* ]]; then use_overlay "${spec#overlay=}"; continue; fi
   IFS=: read -r device model variant seed estimate sweep <<<"$spec"
   resume=0; [[ ${sweep:-} == resume ]] && { resume=1; sweep=; }
+  round=1; [[ ${sweep:-} == round=* ]] && { round=${sweep#round=}; sweep=; }
   if (( resume ? SECONDS + 60 >= BUDGET : SECONDS + estimate >= BUDGET )); then
     echo "[skipped $spec: ~${estimate}s would pass the ${BUDGET}s budget at ${SECONDS}s]"; continue
   fi
   file="$variant-seed$seed.json"; extra=(); RP=()
+  if (( round > 1 )); then file="$variant-seed$seed-round$round.json"; extra=(--round "$round"); fi
   if [[ -n "${sweep:-}" ]]; then file="${sweep/=/}-$file"; extra=(--sweep "$sweep"); fi
   if (( resume )); then RP=(--params /tmp/gpuscale-resume.yaml); fi
   name="$model-$device-${file%.json}"

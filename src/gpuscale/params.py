@@ -8,9 +8,9 @@ tool launched the stage. Torch-free: the Snakefile imports this module.
 from __future__ import annotations
 
 import copy
-import random
 import difflib
 import functools
+import random
 import re
 from importlib import resources
 from pathlib import Path

@@ -400,7 +400,8 @@ def run(
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
         before = sentinel.measure(train, device)
         _measure(doc, device, device_slug, train, budget_seconds, quick)
-        doc["conditions"] = sentinel.conditions(doc["environment"].get("boot_id"), before, sentinel.measure(train, device))
+        after = sentinel.measure(train, device)
+        doc["conditions"] = sentinel.conditions(doc["environment"].get("boot_id"), before, after)
         drifted = sentinel.drift_line(doc["conditions"])
         if drifted:
             log.warning("probe %s: %s", device_slug, drifted.replace("this job", "this probe"))

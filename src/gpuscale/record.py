@@ -245,7 +245,12 @@ def lease_of(environment: dict | None) -> str:
 
 
 def record_path(
-    model: str, device: str, variant: str, seed: int, root: str = "results/runs", round: int = 1  # noqa: A002
+    model: str,
+    device: str,
+    variant: str,
+    seed: int,
+    root: str = "results/runs",
+    round: int = 1,  # noqa: A002
 ) -> str:
     """Where a study run's record lies; rounds after the first (study.rounds) get a -roundN suffix."""
     return f"{root}/{model}/{device}/{variant}-seed{seed}{round_suffix(round)}.json"

@@ -47,7 +47,7 @@ _WORKER_BATCHES = 8  # batches per repeat of the worker pipeline (after the work
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _summary(values: list[float], unit: str, faster: str) -> dict:
@@ -253,7 +253,10 @@ def drift_line(cond: dict) -> str | None:
         for name, ratio in sorted(cond["drift"].items(), key=lambda kv: -abs(math.log(kv[1])))
         if abs(ratio - 1) > DRIFT_FLOOR
     )
-    return f"the machine state drifted during this job (sentinel after/before, >1 faster: {moved}); see the record's conditions"
+    return (
+        f"the machine state drifted during this job (sentinel after/before, >1 faster: {moved}); "
+        "see the record's conditions"
+    )
 
 
 def format_value(name: str, value: float) -> str:

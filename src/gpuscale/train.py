@@ -486,9 +486,7 @@ def take_sentinel(run_ctx: RunContext, when: str) -> dict | None:
     if run_ctx.ctx is not None and not run_ctx.ctx.is_main:
         return None
     doc = sentinel.measure(run_ctx.train, run_ctx.device)
-    parts = ", ".join(
-        f"{name} {sentinel.format_value(name, c['value'])}" for name, c in doc["components"].items()
-    )
+    parts = ", ".join(f"{name} {sentinel.format_value(name, c['value'])}" for name, c in doc["components"].items())
     log.info("%s sentinel %s (%.1f s): %s", run_ctx.tag, when, doc["seconds"], parts)
     return doc
 
