@@ -22,6 +22,7 @@ Standard library only: the Snakefile imports it.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -173,15 +174,30 @@ class _Imports(ast.NodeVisitor):
 
 
 def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    """The module's syntax tree, parsed once per process for each version of the file (its size and mtime): a
+    Snakefile computes every stage's closure, and the stages share most of their modules."""
+    stat = path.stat()
+    return _parse_version(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parse_version(path: str, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(), filename=path)
 
 
 def imports_of(name: str, root: Path, command: str | None = None) -> set[str]:
     """The gpuscale modules module `name` imports anywhere in its body (function bodies included)."""
     path = module_file(name, root)
-    visitor = _Imports(name, path.name == "__init__.py", root, command)
+    stat = path.stat()
+    return set(_imports_of_version(name, str(root), command, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _imports_of_version(name: str, root: str, command: str | None, mtime_ns: int, size: int) -> frozenset[str]:
+    path = module_file(name, Path(root))
+    visitor = _Imports(name, path.name == "__init__.py", Path(root), command)
     visitor.visit(_parse(path))
-    return {m for found in visitor.found for m in (*_parents(found), found)}
+    return frozenset(m for found in visitor.found for m in (*_parents(found), found))
 
 
 def data_files_of(name: str, root: Path) -> list[str]:
