@@ -389,10 +389,7 @@ def run(
     }
     reason = train_mod.device_unavailable_reason(device)
     if reason:
-        log.warning("probe: %s not measured: %s", device_slug, reason)
-        doc.update(status="not_measured", not_measured_reason=reason)
-        doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
-        doc["conditions"] = sentinel.conditions(envinfo.boot_id(), None, None)
+        _not_measured(doc, device_slug, reason)
     else:
         if device.type == "cpu":
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
@@ -408,6 +405,13 @@ def run(
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
+
+
+def _not_measured(doc: dict, device_slug: str, reason: str) -> None:
+    log.warning("probe: %s not measured: %s", device_slug, reason)
+    doc.update(status="not_measured", not_measured_reason=reason)
+    doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
+    doc["conditions"] = sentinel.conditions(envinfo.boot_id(), None, None)
 
 
 def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool) -> None:
