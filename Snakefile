@@ -4,7 +4,7 @@
 
 from snakemake.utils import min_version, validate
 
-from gpuscale import params as gp
+from gpuscale.contract import params as gp
 
 min_version("9.0")
 

@@ -27,7 +27,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from gpuscale import data, params
+    from gpuscale.contract import params
+    from gpuscale.inputs import data
 
     with tempfile.TemporaryDirectory(prefix="gpuscale-compile-bench-") as tmp:
         tmp = Path(tmp)

@@ -1,6 +1,6 @@
 """The run lists of the paired re-measurement (issue 26): every registry model's `paper` run on the CPU and the GPU
 of one H200 lease (lease A), and the paper's three models with five others again in a second lease as round 2
-(lease B), in gpuscale's interleaved order (gpuscale.params.timing_order: RMIT under study.order_seed; each
+(lease B), in gpuscale's interleaved order (gpuscale.contract.params.timing_order: RMIT under study.order_seed; each
 model's two devices side by side, in a random order). Writes benchmarks/h200_pairs_A.txt and _B.txt, one
 benchmarks/h200_study.sh run spec per line (DEVICE:MODEL:paper:0:ESTIMATE[:round=2]) and the overlay switches.
 The estimates (seconds per run, for the budget) come from the reference study's epochs scaled to the overlays.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from gpuscale import params
-from gpuscale.models import MODEL_NAMES
+from gpuscale.contract import params
+from gpuscale.models.registry import MODEL_NAMES
 
 HERE = Path(__file__).parent
 ORDER_SEED = 26  # the issue's number: any fixed seed will do, recorded here

@@ -21,8 +21,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 import bare_loop
 
-from gpuscale import data, params, train
-from gpuscale.loaders import host_loaders, paper_transforms
+from gpuscale.contract import params
+from gpuscale.inputs import data
+from gpuscale.measure import train
+from gpuscale.measure.loaders import host_loaders, paper_transforms
 
 
 def bare_epoch(model, loader, device, criterion, optimizer) -> float:

@@ -20,8 +20,9 @@ import time
 
 import torch
 
-from gpuscale import costmodel as cm
-from gpuscale import models, probe
+from gpuscale.measure import probe
+from gpuscale.models import registry as models
+from gpuscale.predict import costmodel as cm
 
 BATCH = 128
 

@@ -45,7 +45,8 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=2, help="train.sample_warmup_steps")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from gpuscale import data, params, sampling
+    from gpuscale.contract import params, sampling
+    from gpuscale.inputs import data
 
     with tempfile.TemporaryDirectory(prefix="gpuscale-sampled-bench-") as tmp:
         tmp = Path(tmp)

@@ -118,7 +118,7 @@ TINY = {
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     """A prepared synthetic dataset: 200 train / 60 test images (7 steps of 32 per epoch)."""
-    from gpuscale import data
+    from gpuscale.inputs import data
 
     out = tmp_path_factory.mktemp("prepared")
     data.prepare(data_settings(train_size=200, test_size=60), out)
@@ -171,7 +171,7 @@ def quick_preset(tmp_path_factory) -> Path:
     train (every model of the study, the preset's CPU only, 1 epoch), aggregate (beside the shipped reference study),
     charts, report, with config/quick.yaml over params.yaml. The folder holds tables/, charts/ and index.html (and
     the records under results/runs/, which the page links to)."""
-    from gpuscale import fsutil
+    from gpuscale.contract import fsutil
 
     work = tmp_path_factory.mktemp("quick-preset")
     archive, _, _ = cifar_archive(work / "cifar-10-binary.tar.gz", per_batch=40)

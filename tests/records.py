@@ -9,7 +9,7 @@ import copy
 import json
 from pathlib import Path
 
-from gpuscale import record
+from gpuscale.contract import record
 
 PARAMS = {"simplecnn": 554_474, "resnet18": 11_181_642, "resnet50": 23_528_522}
 FLOPS = {"simplecnn": 62_900_000, "resnet18": 217_300_000, "resnet50": 495_800_000}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from gpuscale import params, record, settings
+from gpuscale.contract import params, record, settings
 
 MAX_FUNCTION_LINES = 60
 # Every function in src/ is under the limit; a name here would be a known exception (none are left).
@@ -29,7 +29,7 @@ def test_no_function_in_src_is_over_60_lines():
 
 
 def schema() -> dict:
-    return json.loads((REPO / "src/gpuscale/schemas/run-record.schema.json").read_text())
+    return json.loads((REPO / "src/gpuscale/contract/schemas/run-record.schema.json").read_text())
 
 
 def object_schema(node: dict) -> dict:
@@ -90,7 +90,7 @@ def test_every_shipped_record_reads_in_the_current_shape():
 
 
 def test_the_device_pattern_is_written_once():
-    text = (REPO / "src/gpuscale/schemas/params.schema.yaml").read_text()
+    text = (REPO / "src/gpuscale/contract/schemas/params.schema.yaml").read_text()
     devices = yaml.safe_load(text)["properties"]["study"]["properties"]["devices"]["items"]
     assert devices["pattern"] == f"^({settings.DEVICE_PATTERN})$"
     assert schema()["properties"]["key"]["properties"]["device"]["pattern"] == f"^({settings.DEVICE_PATTERN})$"

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gpuscale import costmodel as cm
-from gpuscale import predict
+from gpuscale.predict import costmodel as cm
+from gpuscale.predict import prediction as predict
 
 A = cm.ModelFacts("a", 1_000_000, 1.1e9, {"conv": 1e9, "depthwise_conv": 1e8}, layers=10)
 B = cm.ModelFacts("b", 10_000, 1e6, {"conv": 1e6}, layers=2)
@@ -492,7 +492,8 @@ def test_the_noise_floor_is_what_exact_predictions_score_against_noisy_measureme
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):
-    from gpuscale import estimate, params
+    from gpuscale.contract import params
+    from gpuscale.predict import estimate
 
     config = params.load()
     config["study"].update(models=["simplecnn", "resnet18"], devices=["cpu"])
@@ -530,7 +531,7 @@ def test_no_cpu_of_the_models_form_reproduces_the_papers_three_points():
 
 
 def test_a_thread_sweep_job_is_slower_than_the_probe_by_amdahls_law():
-    from gpuscale import estimate
+    from gpuscale.predict import estimate
 
     assert estimate.thread_factor(1, 16) == pytest.approx(1 / (0.1 + 0.9 / 16), rel=1e-12)  # 6.4x
     assert estimate.thread_factor(16, 16) == estimate.thread_factor(None, 16) == 1.0

@@ -7,8 +7,8 @@ import pytest
 from conftest import cifar_archive, data_settings
 from PIL import Image
 
-from gpuscale import data
-from gpuscale.data import DataError
+from gpuscale.inputs import data
+from gpuscale.inputs.data import DataError
 
 
 def md5(path) -> str:

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import REPO, TINY, tool_env, write_yaml
 
-from gpuscale import deps, params
+from gpuscale import deps
+from gpuscale.contract import params
 
 HOOK = """\
 import atexit, json, os, sys
@@ -92,11 +93,21 @@ def test_write_links_mirrors_the_package_and_drops_stale_links(tmp_path):
 
 def test_training_depends_on_no_analysis_code_and_the_report_side_on_no_training_code():
     train = set(deps.closure("train", REPO / "src/gpuscale"))
-    assert {"gpuscale.train", "gpuscale.loaders", "gpuscale.variants", "gpuscale.nets"} <= train
+    assert {
+        "gpuscale.measure.train",
+        "gpuscale.measure.loaders",
+        "gpuscale.measure.variants",
+        "gpuscale.models.nets",
+    } <= train
     assert not train & {"gpuscale.aggregate", "gpuscale.charts", "gpuscale.report", "gpuscale.analysis"}
     for stage in ("aggregate", "charts", "report"):
         closure = set(deps.closure(stage, REPO / "src/gpuscale"))
-        assert not closure & {"gpuscale.train", "gpuscale.loaders", "gpuscale.variants", "gpuscale.distributed"}
+        assert not closure & {
+            "gpuscale.measure.train",
+            "gpuscale.measure.loaders",
+            "gpuscale.measure.variants",
+            "gpuscale.measure.distributed",
+        }
     assert "src/gpuscale/templates/report.html.j2" in deps.code_files("report", REPO / "src/gpuscale")
 
 

@@ -13,7 +13,8 @@ import torch
 from conftest import REPO, TINY, tool_env, write_yaml
 from test_aggregate import run as aggregate_run
 
-from gpuscale import loaders, params, record
+from gpuscale.contract import params, record
+from gpuscale.measure import loaders
 
 
 def test_two_gloo_processes_train_one_run_and_rank_zero_writes_its_record(tmp_path):
@@ -73,7 +74,7 @@ def test_two_gloo_processes_train_one_run_and_rank_zero_writes_its_record(tmp_pa
 
 
 def test_device_loader_shards_are_disjoint_and_cover_the_data(prepared):
-    from gpuscale import data
+    from gpuscale.inputs import data
 
     dataset, _, _ = data.load_prepared(prepared)
     settings = params.train_settings(params.load([REPO / "params.yaml"]), "simplecnn")
@@ -131,7 +132,7 @@ def test_scaling_table_compares_data_parallel_runs_with_one_device(tmp_path):
 def test_a_multi_gpu_device_on_a_host_without_gpus_is_not_measured(prepared, tmp_path):
     from test_train import tiny_settings
 
-    from gpuscale import train
+    from gpuscale.measure import train
 
     assert "no CUDA GPU" in train.spec_unavailable_reason("cuda-ddp4")
     assert train.spec_unavailable_reason("cpu-ddp2") is None

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from gpuscale import envinfo
+from gpuscale.measure import envinfo
 
 SHOW = """PyTorch built with:
   - GCC 13.3
@@ -113,7 +113,7 @@ def test_no_message_when_driver_and_build_fit_or_no_gpu(monkeypatch, host, build
 
 def test_train_reports_the_mismatch_instead_of_no_gpu(monkeypatch):
     torch = pytest.importorskip("torch")
-    from gpuscale import train
+    from gpuscale.measure import train
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(envinfo, "cuda_mismatch", lambda: "this host's NVIDIA H200 runs CUDA up to 12.2, ...")
@@ -144,7 +144,7 @@ def test_torch_cuda_build_is_read_without_importing_torch():
     script = textwrap.dedent(
         """
         import sys
-        from gpuscale import envinfo
+        from gpuscale.measure import envinfo
         version, cuda = envinfo.torch_cuda_build()
         envinfo.cuda_mismatch(), envinfo.host_fingerprint()
         assert "torch" not in sys.modules, "torch was imported"
@@ -160,7 +160,7 @@ def test_envinfo_works_with_the_core_alone():
     script = "import sys; sys.modules['pynvml'] = sys.modules['psutil'] = None\n" + textwrap.dedent(
         """
         import torch
-        from gpuscale import envinfo
+        from gpuscale.measure import envinfo
         env = envinfo.capture(torch.device("cpu"))
         assert env["memory_bytes"] and env["torch_build"]["blas"], env
         """

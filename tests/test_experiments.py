@@ -21,7 +21,8 @@ import pytest
 import yaml
 from conftest import REPO, TINY, copy_project, run, tool_env, write_yaml
 
-from gpuscale import deps, params
+from gpuscale import deps
+from gpuscale.contract import params
 
 pytestmark = pytest.mark.e2e
 
@@ -127,7 +128,7 @@ def edits_rerun_only_the_stages_that_import_the_module(repo):
     """A module edit reaches DVC through the link folders: exactly the stages whose command imports it."""
     present = {name.split("@")[0] for name in yaml.safe_load((repo / "dvc.lock").read_text())["stages"]}
     assert changed_stages(repo) == set()
-    for module in ("src/gpuscale/words.py", "src/gpuscale/loaders.py"):
+    for module in ("src/gpuscale/words.py", "src/gpuscale/measure/loaders.py"):
         importers = {stage for stage in deps.STAGE_COMMANDS if module in deps.code_files(stage, REPO / "src/gpuscale")}
         original = (repo / module).read_text()
         (repo / module).write_text(original + "# an edit\n")

@@ -16,8 +16,10 @@ import pytest
 from conftest import REPO, TINY, data_settings, gpuscale_argv, prepare_data, tool_env, write_yaml
 from PIL import Image
 
-from gpuscale import checkpoint, data, record, train
-from gpuscale.data import DataError
+from gpuscale.contract import record
+from gpuscale.inputs import data
+from gpuscale.inputs.data import DataError
+from gpuscale.measure import checkpoint, train
 
 
 def settings(**overrides) -> dict:

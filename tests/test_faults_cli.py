@@ -67,7 +67,7 @@ def test_validate_debug_shows_the_traceback_and_without_it_one_line(tmp_path, ca
     assert cli.main(["validate", "--params", missing]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nope.yaml: file not found" in err and "Traceback" not in err
-    from gpuscale.params import ParamsError
+    from gpuscale.contract.params import ParamsError
 
     with pytest.raises(ParamsError):
         cli.main(["validate", "--debug", "--params", missing])

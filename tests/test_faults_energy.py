@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale import energy
+from gpuscale.measure import energy
 
 
 class Clock:

@@ -11,8 +11,8 @@ import pytest
 from conftest import cifar_archive
 from test_faults import good_zip, png, prepare_fails, settings
 
-from gpuscale import data
-from gpuscale.data import DataError
+from gpuscale.inputs import data
+from gpuscale.inputs.data import DataError
 
 
 def md5(path) -> str:

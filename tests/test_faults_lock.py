@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import tool_env
 
-from gpuscale import timinglock
-from gpuscale.timinglock import TimingLockError
+from gpuscale.measure import timinglock
+from gpuscale.measure.timinglock import TimingLockError
 
 HOLD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from gpuscale import timinglock
+    from gpuscale.measure import timinglock
     with timinglock.hold(watch_parent={watch}):
         Path(sys.argv[1]).write_text(str(__import__("os").getpid()))
         time.sleep(120)
@@ -147,7 +147,8 @@ def test_a_timing_job_ends_when_whoever_started_it_is_killed(lock_dir, tmp_path,
 def test_the_record_says_it_held_the_lock(prepared, tmp_path, lock_dir):
     from test_train import tiny_settings
 
-    from gpuscale import record, train
+    from gpuscale.contract import record
+    from gpuscale.measure import train
 
     train.run(tiny_settings(epochs=1), prepared, tmp_path / "r.json", threads=1)
     lock = record.load(tmp_path / "r.json")["environment"]["timing_lock"]

@@ -19,7 +19,8 @@ from conftest import REPO, TINY
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gpuscale import cli, params
+from gpuscale import cli
+from gpuscale.contract import params
 
 BASE = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
 BASE["report"]["reference"] = []
@@ -210,7 +211,7 @@ def records_folder(draw, broken: bool) -> list[bytes]:
             key = draw(st.sampled_from(sorted(rec)))
             rec[key] = draw(JUNK.filter(lambda v: type(v) is not type(rec[key])))
             try:
-                from gpuscale import record
+                from gpuscale.contract import record
 
                 record.validate(rec)
             except record.RecordError:

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from conftest import TINY, copy_project, tool_env, write_yaml
 
-from gpuscale import params
+from gpuscale.contract import params
 
 pytestmark = pytest.mark.e2e
 

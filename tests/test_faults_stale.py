@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from conftest import REPO
 
-from gpuscale import checkpoint, fsutil
+from gpuscale.contract import fsutil
+from gpuscale.measure import checkpoint
 
 
 def dead_pid() -> int:
@@ -57,7 +58,7 @@ def test_git_ignores_partial_files_and_checkpoints(path):
 def test_a_finished_run_removes_a_checkpoint_left_by_an_earlier_killed_run(prepared, tmp_path):
     from test_train import tiny_settings
 
-    from gpuscale import train
+    from gpuscale.measure import train
 
     out = tmp_path / "r.json"
     left = checkpoint.path_for(out)

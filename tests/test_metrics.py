@@ -1,4 +1,4 @@
-"""results/metrics.json: this host's figures under short stable keys (gpuscale.metrics)."""
+"""results/metrics.json: this host's figures under short stable keys (gpuscale.analyze.metrics)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 import records
 
-from gpuscale import aggregate, metrics
+from gpuscale import aggregate
+from gpuscale.analyze import metrics
 
 
 def row(model, gpu="cuda", variant="paper", **values):
@@ -59,5 +60,5 @@ def test_aggregate_writes_this_hosts_figures_and_no_reference_constants(tmp_path
 
 
 def test_metrics_module_imports_neither_torch_nor_polars():
-    code = "import sys, gpuscale.metrics; sys.exit(sorted({'torch', 'polars'} & set(sys.modules)) or 0)"
+    code = "import sys, gpuscale.analyze.metrics; sys.exit(sorted({'torch', 'polars'} & set(sys.modules)) or 0)"
     subprocess.run([sys.executable, "-c", code], check=True)

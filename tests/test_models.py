@@ -3,7 +3,9 @@ import json
 import pytest
 import torch
 
-from gpuscale import factsfile, models, nets
+from gpuscale.models import facts as factsfile
+from gpuscale.models import nets
+from gpuscale.models import registry as models
 
 
 def count(name: str) -> int:
@@ -98,7 +100,7 @@ def test_facts_file_is_torch_free_and_lists_the_registry():
     import sys
 
     code = (
-        "import sys, json, gpuscale.models as m; f = m.facts(); "
+        "import sys, json, gpuscale.models.registry as m; f = m.facts(); "
         "print(json.dumps([sorted(f['models']), 'torch' in sys.modules]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -109,7 +111,7 @@ def test_facts_file_is_torch_free_and_lists_the_registry():
 @pytest.mark.parametrize("name", with_heavy_marked(models.MODEL_NAMES))
 def test_every_model_trains_a_step_on_the_cpu_and_its_facts_are_current(name):
     """One training step on 2 images, then its cost against modelfacts.json, which fails when the file is stale
-    (regenerate it with `python -m gpuscale.factsfile --facts`). The counts of non-matmul work (flops_by_kind.other,
+    (regenerate it with `python -m gpuscale.models.facts --facts`). The counts of non-matmul work (flops_by_kind.other,
     ops_per_step) follow torch's dispatch, which may shift a little between torch versions; the rest is exact."""
     torch.manual_seed(0)
     model = models.build(name).train()
@@ -127,13 +129,13 @@ def test_every_model_trains_a_step_on_the_cpu_and_its_facts_are_current(name):
     assert kinds["other"] > 0 and fresh["ops_per_step"] > 0
 
     stored = models.facts()
-    assert stored["schema"] == 1 and name in stored["models"], "stale: run python -m gpuscale.factsfile --facts"
+    assert stored["schema"] == 1 and name in stored["models"], "stale: run python -m gpuscale.models.facts --facts"
     entry = stored["models"][name]
     approximate = {"ops_per_step": (entry.pop("ops_per_step"), fresh.pop("ops_per_step"))}
     approximate["other"] = (entry["flops_by_kind"].pop("other"), fresh["flops_by_kind"].pop("other"))
-    assert entry == fresh, "stale: run python -m gpuscale.factsfile --facts"
+    assert entry == fresh, "stale: run python -m gpuscale.models.facts --facts"
     for key, (old, new) in approximate.items():
-        assert new == pytest.approx(old, rel=0.05), f"{key} stale: run python -m gpuscale.factsfile --facts"
+        assert new == pytest.approx(old, rel=0.05), f"{key} stale: run python -m gpuscale.models.facts --facts"
 
 
 def test_flops_ordered_by_compute():
@@ -160,7 +162,7 @@ def test_registry_is_torch_free_to_list():
     import subprocess
     import sys
 
-    code = "import sys, gpuscale.models, gpuscale.params; print('torch' in sys.modules)"
+    code = "import sys, gpuscale.models.registry, gpuscale.contract.params; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

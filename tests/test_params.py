@@ -6,8 +6,8 @@ import pytest
 import yaml
 from conftest import REPO, write_yaml
 
-from gpuscale import params
-from gpuscale.params import ParamsError
+from gpuscale.contract import params
+from gpuscale.contract.params import ParamsError
 
 
 def test_default_params_are_the_papers_protocol(base_params):

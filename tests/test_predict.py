@@ -7,7 +7,8 @@ import json
 import pytest
 from conftest import TINY, copy_project, run, write_yaml
 
-from gpuscale import costmodel, probe
+from gpuscale.measure import probe
+from gpuscale.predict import costmodel
 
 SMALL_TRAIN = {
     "batch_size": 8,
@@ -17,7 +18,7 @@ SMALL_TRAIN = {
 
 
 def test_probe_on_cpu_writes_a_valid_record_the_cost_model_reads(tmp_path):
-    from gpuscale import params
+    from gpuscale.contract import params
 
     config = params.deep_merge(params.load(), {"train": SMALL_TRAIN})
     doc = probe.run("cpu", config["train"], budget_seconds=1.0, threads=1)
@@ -51,7 +52,7 @@ def test_the_probe_counts_a_layer_s_work_in_the_model_facts_units():
 def test_the_cost_model_s_record_of_the_probe_s_layer_stack_is_what_the_stack_counts():
     """costmodel prices an op from schema-3 records made before op_seconds was recorded with the stack's counts:
     they must be the stack's and the tiny model's as nets counts them."""
-    from gpuscale import nets
+    from gpuscale.models import nets
 
     stack, tiny = nets.training_cost(probe.stacked_model(probe.LAYER_STACK)), nets.training_cost(probe.tiny_model())
     assert costmodel.STACK_LAYERS == 2 * probe.LAYER_STACK
@@ -66,7 +67,7 @@ def test_layer_calls_name_each_distinct_call_as_the_network_makes_it():
     import torch
     from torch import nn
 
-    from gpuscale import nets
+    from gpuscale.models import nets
 
     class Net(nn.Module):
         def __init__(self):
@@ -97,7 +98,8 @@ def test_layer_calls_name_each_distinct_call_as_the_network_makes_it():
 def test_the_layer_table_sums_each_model_s_timed_calls_per_image_and_says_what_the_budget_left_out():
     import torch
 
-    from gpuscale import models, nets
+    from gpuscale.models import nets
+    from gpuscale.models import registry as models
 
     table = probe.layer_table(torch.device("cpu"), 4, 30.0, names=["simplecnn_half"])
     calls, _ = nets.layer_calls(models.MODELS["simplecnn_half"].build(10))
@@ -115,8 +117,8 @@ def test_probe_of_a_missing_device_records_why():
 
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU")
-    from gpuscale import params
-    from gpuscale.settings import Params
+    from gpuscale.contract import params
+    from gpuscale.contract.settings import Params
 
     train = Params.from_dict(params.deep_merge(params.load(), {"train": SMALL_TRAIN})).train
     doc = probe.run("cuda", train, budget_seconds=1.0)
@@ -143,7 +145,8 @@ def test_predict_preset_runs_host_probe_predict_without_training(tmp_path):
     assert {p.name for p in (repo / "results/predict").iterdir()} == {
         f"{n}.{e}" for n in names for e in ("csv", "json")
     }
-    from gpuscale import models, predict
+    from gpuscale.models import registry as models
+    from gpuscale.predict import prediction as predict
 
     tables = predict.tables(repo / "results/predict")
     predicted = {(r["model"], r["device"]) for r in tables["host"]}
@@ -164,7 +167,7 @@ def test_training_progress_lines_carry_the_jobs_eta(prepared, tmp_path, caplog):
 
     from test_train import tiny_settings
 
-    from gpuscale import train
+    from gpuscale.measure import train
 
     caplog.set_level("INFO")
     train.run(tiny_settings(epochs=2), prepared, tmp_path / "run.json", threads=1)
@@ -186,7 +189,7 @@ def test_the_workflow_prints_the_predicted_duration_before_any_training_job(tmp_
 def test_with_a_study_plan_progress_lines_add_the_jobs_still_to_come(prepared, tmp_path, caplog, monkeypatch):
     from test_train import tiny_settings
 
-    from gpuscale import train
+    from gpuscale.measure import train
 
     (tmp_path / "logs").mkdir()
     plan = tmp_path / "logs" / "study-plan.json"

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from gpuscale import fsutil, record
+from gpuscale.contract import fsutil, record
 
 
 def test_truncated_record_names_the_file(tmp_path):

@@ -8,7 +8,8 @@ extrapolation does.
 import pytest
 from test_train import tiny_settings
 
-from gpuscale import record, sampling, train
+from gpuscale.contract import record, sampling
+from gpuscale.measure import train
 
 
 def test_extrapolation_keeps_the_warmup_and_scales_the_steady_steps():

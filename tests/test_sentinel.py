@@ -1,4 +1,4 @@
-"""The machine-state witness (gpuscale.sentinel), the record's conditions and their upgrade, and the interleaved
+"""The machine-state witness (gpuscale.measure.sentinel), the record's conditions and their upgrade, and the interleaved
 timing order (study.order, study.rounds)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import torch
 from conftest import REPO, run
 from test_train import tiny_settings
 
-from gpuscale import params, record, sentinel, train
-from gpuscale.settings import TrainSettings
+from gpuscale.contract import params, record
+from gpuscale.contract.settings import TrainSettings
+from gpuscale.measure import sentinel, train
 
 
 def fake(values: dict[str, float], spread: float = 0.01) -> dict:

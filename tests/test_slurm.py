@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, tool_env, write_yaml
 
-from gpuscale import record
+from gpuscale.contract import record
 
 pytestmark = pytest.mark.e2e
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")

@@ -3,7 +3,8 @@ import json
 import pytest
 from conftest import REPO
 
-from gpuscale import params, record, train
+from gpuscale.contract import params, record
+from gpuscale.measure import train
 
 
 def tiny_settings(device="cpu", epochs=2, on_missing="record", deterministic=False):
@@ -141,7 +142,7 @@ def test_energy_is_marked_unavailable_with_a_reason(prepared, tmp_path):
         "joules_per_epoch": None,
         "images_per_joule": None,
     }
-    from gpuscale import energy
+    from gpuscale.measure import energy
 
     if not energy.RaplMeter().available:
         assert cpu["available"] is False and cpu["reason"] and cpu["joules_per_epoch"] is None

@@ -8,7 +8,7 @@ import ast
 import pytest
 from conftest import REPO
 
-from gpuscale import params, settings
+from gpuscale.contract import params, settings
 
 SRC = REPO / "src/gpuscale"
 # Names that hold params or a section of them where a stage reads settings.
@@ -38,7 +38,12 @@ PARAMS_NAMES = {
 NOT_YET_CONVERTED: set[str] = set()
 # Where a dict is still the right thing: the conversion itself (settings.py), validation of the dict before it is
 # typed and dotted-key selection for the workflow tools (params.validate, params.select), the record's JSON.
-DICT_ON_PURPOSE = {"settings.py", "params.py:validate", "params.py:select", "record.py"}
+DICT_ON_PURPOSE = {
+    "contract/settings.py",
+    "contract/params.py:validate",
+    "contract/params.py:select",
+    "contract/record.py",
+}
 
 
 def _string_key(node: ast.AST) -> str | None:
@@ -82,7 +87,7 @@ def converted_modules() -> list:
 
 def test_no_converted_module_indexes_a_params_section_by_string():
     reads = [read for path in converted_modules() for read in dict_reads(path)]
-    assert reads == [], "read the typed settings (gpuscale.settings) by attribute instead"
+    assert reads == [], "read the typed settings (gpuscale.contract.settings) by attribute instead"
 
 
 def test_the_scan_catches_a_dict_read(tmp_path):

@@ -6,7 +6,9 @@ import pytest
 import torch
 from conftest import REPO
 
-from gpuscale import data, loaders, params, record, train, variants
+from gpuscale.contract import params, record
+from gpuscale.inputs import data
+from gpuscale.measure import loaders, train, variants
 
 
 def settings_for(variant: str) -> dict:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from conftest import REPO, TINY, copy_project, run, write_yaml
 
-from gpuscale import deps, params, record
+from gpuscale import deps
+from gpuscale.contract import params, record
 
 pytestmark = pytest.mark.e2e
 
@@ -153,7 +154,7 @@ def planned_after_edits(repo):
     with (repo / "src/gpuscale/report.py").open("a") as fh:
         fh.write("# an edit in the report's import closure\n")
     assert planned(repo) == ({"report", "all"}, {"report"})
-    with (repo / "src/gpuscale/loaders.py").open("a") as fh:
+    with (repo / "src/gpuscale/measure/loaders.py").open("a") as fh:
         fh.write("# an edit in training's import closure\n")
     rules, stages = planned(repo)
     assert {"train", "sweep_threads", "sweep_batch", "aggregate"} <= rules
@@ -262,7 +263,7 @@ def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_res
 
     from conftest import tool_env
 
-    from gpuscale import checkpoint
+    from gpuscale.measure import checkpoint
 
     repo = copy_project(tmp_path / "repo")
     overlay = params.deep_merge(

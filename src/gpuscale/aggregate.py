@@ -14,9 +14,10 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuscale import analysis, fsutil, record, sampling, tables
-from gpuscale import metrics as metrics_mod
-from gpuscale import settings as typed
+from gpuscale import analysis, tables
+from gpuscale.analyze import metrics as metrics_mod
+from gpuscale.contract import fsutil, record, sampling
+from gpuscale.contract import settings as typed
 
 # The table contract lives in gpuscale.tables; these names stay importable from here for one release.
 from gpuscale.tables import (  # noqa: F401

@@ -21,8 +21,9 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from gpuscale import analysis, fsutil, words
-from gpuscale.record import PHASES as PHASE_ORDER
+from gpuscale import analysis, words
+from gpuscale.contract import fsutil
+from gpuscale.contract.record import PHASES as PHASE_ORDER
 from gpuscale.tables import (
     FIT_FLOPS,
     FIT_PARAMETERS,

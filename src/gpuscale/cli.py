@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     args.command = name
     args.argv = argv  # the whole command line, for a data-parallel relaunch
     from gpuscale.commands import UsageError, check_log
-    from gpuscale.params import ParamsError
-    from gpuscale.record import RecordError
+    from gpuscale.contract.params import ParamsError
+    from gpuscale.contract.record import RecordError
 
     known: tuple = (UsageError, ParamsError, RecordError)
     try:

@@ -48,7 +48,7 @@ STAGE_COMMANDS = {
 }
 
 # The params keys each stage reads (DVC reruns a stage when one changes; Snakemake passes the same
-# values as rule params). ${item.x} is the stage's matrix value; `gpuscale.params.select` resolves them.
+# values as rule params). ${item.x} is the stage's matrix value; `gpuscale.contract.params.select` resolves them.
 STAGE_PARAMS = {
     "probe": ["predict.probe_seconds", "train"],
     "predict": ["study.devices", "report.reference", "predict.validate_on", "train.batch_size", "data.train_size"],

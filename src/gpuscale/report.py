@@ -20,10 +20,14 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from gpuscale import costmodel, fsutil, paper, predict, words
-from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
-from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
-from gpuscale.settings import Params
+from gpuscale import words
+from gpuscale.analyze import paper
+from gpuscale.contract import fsutil
+from gpuscale.contract.settings import Params
+from gpuscale.predict import costmodel
+from gpuscale.predict import prediction as predict
+from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
+from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
 from gpuscale.tables import FIT_FLOPS, FIT_PARAMETERS, LOCAL_SOURCE, PAPER_SOURCE, TABLES, r2_by_fit, read_tables
 from gpuscale.tables import verdict as fit_verdict
 

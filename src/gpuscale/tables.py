@@ -15,7 +15,8 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuscale import fsutil, paper
+from gpuscale.analyze import paper
+from gpuscale.contract import fsutil
 
 TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling")
 NOTES = "notes.json"

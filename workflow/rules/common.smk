@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscale import deps, envinfo, tables
-from gpuscale import settings as typed
+from gpuscale import deps, tables
+from gpuscale.measure import envinfo
+from gpuscale.contract import settings as typed
 
 
 def _params_files():
@@ -49,7 +50,7 @@ def all_records():
     return [gp.record_path(**key) for key in gp.run_keys(config)]
 
 
-# The timing jobs' order (gpuscale.params.timing_order): a job's priority is its distance from the end, so with
+# The timing jobs' order (gpuscale.contract.params.timing_order): a job's priority is its distance from the end, so with
 # one timing slot Snakemake starts them in that order; sweeps come after the study's runs. Shown by a dry run.
 TIMING_ORDER = gp.run_keys(config)
 _TIMING_RANK = {

@@ -4,7 +4,7 @@ rule train:
         host=rules.host.output.host,
         code=CODE["train"],
     output:
-        # rounds after the first (study.rounds) end in -roundN (gpuscale.record.round_suffix)
+        # rounds after the first (study.rounds) end in -roundN (gpuscale.contract.record.round_suffix)
         record="results/runs/{model}/{device}/{variant}-seed{seed}{rsuffix}.json",
     params:
         # Everything that shapes this run: an edit to one model's params reruns that model only.
@@ -27,7 +27,7 @@ rule train:
     resources:
         # One timing job at a time on a host: profiles/default sets timing_slot=1.
         timing_slot=1,
-    # The interleaved order (study.order, gpuscale.params.timing_order): the first job in it runs first.
+    # The interleaved order (study.order, gpuscale.contract.params.timing_order): the first job in it runs first.
     priority: timing_priority
     message:
         "Training {wildcards.model} on {wildcards.device} ({wildcards.variant}, seed {wildcards.seed}{wildcards.rsuffix})"

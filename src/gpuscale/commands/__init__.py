@@ -14,14 +14,14 @@ class UsageError(ValueError):
 
 
 def params_files(args) -> list[Path]:
-    from gpuscale import params
+    from gpuscale.contract import params
 
     return [Path(p) for p in (args.params or [params.DEFAULT_PARAMS])]
 
 
 def load_params(args) -> dict:
     """The merged, validated params (read once per command: check() and run() share them)."""
-    from gpuscale import params
+    from gpuscale.contract import params
 
     if getattr(args, "_config", None) is None:
         args._config = params.load(params_files(args))
@@ -29,8 +29,8 @@ def load_params(args) -> dict:
 
 
 def load_typed(args):
-    """load_params as frozen dataclasses (gpuscale.settings.Params), typed once per command; `.config` is the dict."""
-    from gpuscale.settings import Params
+    """load_params as frozen dataclasses (contract.settings.Params), typed once per command; `.config` is the dict."""
+    from gpuscale.contract.settings import Params
 
     if getattr(args, "_typed", None) is None:
         args._typed = Params.from_dict(load_params(args))

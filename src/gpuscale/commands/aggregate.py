@@ -24,7 +24,7 @@ def errors() -> tuple:
 
 
 def study_records(config) -> list[Path]:
-    from gpuscale import params
+    from gpuscale.contract import params
 
     records = [Path(params.record_path(**key)) for key in params.run_keys(config)]
     return records + [Path(params.sweep_record_path(**key)) for key in params.sweep_keys(config)]

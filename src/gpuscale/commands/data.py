@@ -12,7 +12,7 @@ def add_arguments(parser) -> None:
 
 
 def errors() -> tuple:
-    from gpuscale.data import DataError
+    from gpuscale.inputs.data import DataError
 
     return (DataError,)
 
@@ -23,7 +23,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import data
+    from gpuscale.inputs import data
 
     data.prepare(load_typed(args).data, Path(args.out))
     return 0

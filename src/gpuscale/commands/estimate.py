@@ -14,8 +14,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import estimate
     from gpuscale.commands import load_typed
+    from gpuscale.predict import estimate
 
     estimate.run(load_typed(args), Path(args.probes), args.quick_seconds, plan=Path(args.plan) if args.plan else None)
     return 0

@@ -14,7 +14,8 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import envinfo, fsutil
+    from gpuscale.contract import fsutil
+    from gpuscale.measure import envinfo
 
     fsutil.write_json(args.out, {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()})
     return 0

@@ -8,7 +8,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import models, nets
+    from gpuscale.models import nets
+    from gpuscale.models import registry as models
 
     print(f"{'model':<16} {'parameters':>12} {'train GFLOPs/image':>19}  description")
     for name, spec in models.MODELS.items():

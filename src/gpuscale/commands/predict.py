@@ -18,8 +18,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from gpuscale import costmodel, models, predict
     from gpuscale.commands import load_typed
+    from gpuscale.models import registry as models
+    from gpuscale.predict import costmodel
+    from gpuscale.predict import prediction as predict
 
     params = load_typed(args)
     try:
@@ -42,7 +44,7 @@ def run(args) -> int:
 def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
     """One probe record per device a process trains on: <device>.json, or for a data-parallel study device its
     per-process kind's record (cpu.json for cpu-ddp2; DVC's probe matrix names it cpu-ddp2.json)."""
-    from gpuscale.settings import DeviceSpec
+    from gpuscale.contract.settings import DeviceSpec
 
     found: dict[str, Path] = {}
     for device in devices:

@@ -19,7 +19,7 @@ def add_arguments(parser) -> None:
 def check(args) -> None:
     """Every argument and the output, before any measuring (one line naming what is allowed)."""
     from gpuscale.commands import UsageError, writable
-    from gpuscale.settings import DEVICE_ALLOWED, is_device
+    from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
 
     if not is_device(args.device):
         raise UsageError(f"--device: {args.device!r} is malformed (allowed: {DEVICE_ALLOWED})")
@@ -33,14 +33,16 @@ def check(args) -> None:
 def run(args) -> int:
     import sys
 
-    from gpuscale import probe, timinglock
     from gpuscale.commands import load_typed
-    from gpuscale.settings import DeviceSpec
+    from gpuscale.contract.settings import DeviceSpec
+    from gpuscale.measure import probe, timinglock
 
     config = load_typed(args)
     budget = args.seconds or config.predict.probe_seconds
     try:
-        with timinglock.hold():  # a probe times the device: never beside another timing job (gpuscale.timinglock)
+        with (
+            timinglock.hold()
+        ):  # a probe times the device: never beside another timing job (gpuscale.measure.timinglock)
             device = DeviceSpec.parse(args.device).per_process  # cpu-ddp2: one process's device, cpu
             doc = probe.run(device, config.train, budget, threads=args.threads)
         probe.write(args.out, doc)

@@ -1,4 +1,4 @@
-"""`gpuscale sentinel`: a few seconds' witness of this machine's state (gpuscale.sentinel), as a small table."""
+"""`gpuscale sentinel`: a few seconds' witness of this machine's state (gpuscale.measure.sentinel), as a small table."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def add_arguments(parser) -> None:
 
 def check(args) -> None:
     from gpuscale.commands import UsageError, writable
-    from gpuscale.settings import DEVICE_ALLOWED, DeviceSpec, is_device
+    from gpuscale.contract.settings import DEVICE_ALLOWED, DeviceSpec, is_device
 
     if not is_device(args.device) or DeviceSpec.parse(args.device).data_parallel:
         raise UsageError(f"--device: {args.device!r} is not allowed (allowed: one device of {DEVICE_ALLOWED})")
@@ -29,9 +29,10 @@ def run(args) -> int:
 
     import torch
 
-    from gpuscale import envinfo, fsutil, sentinel, timinglock
-    from gpuscale import train as train_mod
     from gpuscale.commands import load_typed
+    from gpuscale.contract import fsutil
+    from gpuscale.measure import envinfo, sentinel, timinglock
+    from gpuscale.measure import train as train_mod
 
     config = load_typed(args)
     device = train_mod.torch_device(args.device)

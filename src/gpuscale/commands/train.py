@@ -35,17 +35,17 @@ def add_arguments(parser) -> None:
 
 
 def errors() -> tuple:
-    from gpuscale.data import DataError
-    from gpuscale.timinglock import TimingLockError
-    from gpuscale.train import TrainError
+    from gpuscale.inputs.data import DataError
+    from gpuscale.measure.timinglock import TimingLockError
+    from gpuscale.measure.train import TrainError
 
     return (DataError, TrainError, TimingLockError)
 
 
 def check(args) -> None:
     """Every argument and output, before the lock, the data or any training (one line naming what is allowed)."""
-    from gpuscale.models import MODEL_NAMES
-    from gpuscale.settings import DEVICE_ALLOWED, is_device
+    from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
+    from gpuscale.models.registry import MODEL_NAMES
 
     config = load_typed(args)
     choice("--model", args.model, MODEL_NAMES)
@@ -78,7 +78,7 @@ def check(args) -> None:
 
 
 def default_out(args) -> str:
-    from gpuscale import params
+    from gpuscale.contract import params
 
     if args.sweep:
         parameter, _, value = args.sweep.partition("=")
@@ -87,7 +87,8 @@ def default_out(args) -> str:
 
 
 def run(args) -> int:
-    from gpuscale import params, timinglock, train
+    from gpuscale.contract import params
+    from gpuscale.measure import timinglock, train
 
     config = load_typed(args)
     study = config.study
@@ -103,10 +104,10 @@ def run(args) -> int:
     out = Path(args.out or default_out(args))
     world = params.data_parallel_size(args.device)
     # The host-wide timing lock, held from here to the end (a second timing job waits), and this process ends
-    # when whoever started it is gone (gpuscale.timinglock).
+    # when whoever started it is gone (gpuscale.measure.timinglock).
     with timinglock.hold():
         if world > 1:
-            from gpuscale import distributed
+            from gpuscale.measure import distributed
 
             if not distributed.launched() and not train.spec_unavailable_reason(args.device):
                 return distributed.relaunch(world, args.argv)  # torchrun starts `world` copies of this command

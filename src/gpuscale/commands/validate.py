@@ -10,7 +10,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import params
+    from gpuscale.contract import params
 
     config = load_typed(args)
     print(

@@ -1,0 +1,1 @@
+"""Analysis: run records -> tables, metrics and fits, with the paper's numbers. Never imports torch."""

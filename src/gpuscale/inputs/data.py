@@ -1,0 +1,645 @@
+"""The data stage: fetch or read CIFAR-10-shaped images and write a prepared dataset.
+
+Prepared layout (one folder): train_images.npy, train_labels.npy, test_images.npy, test_labels.npy
+(uint8 NHWC images, int64 labels; memory-mappable) and manifest.json (source, checksums, counts,
+class names). No pickle is read from any source: the CIFAR-10 binary archive is parsed as
+fixed-size records, image folders are decoded with Pillow.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import logging
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpuscale.contract import fsutil
+from gpuscale.contract.settings import DataSettings
+
+log = logging.getLogger("gpuscale.data")
+
+IMAGE_SHAPE = (32, 32, 3)
+CIFAR_RECORD_BYTES = 1 + 32 * 32 * 3
+CIFAR_RECORDS_PER_BATCH = 10_000
+CIFAR_TRAIN_MEMBERS = tuple(f"cifar-10-batches-bin/data_batch_{i}.bin" for i in range(1, 6))
+CIFAR_TEST_MEMBER = "cifar-10-batches-bin/test_batch.bin"
+CIFAR_META_MEMBER = "cifar-10-batches-bin/batches.meta.txt"
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+DEFAULT_ARCHIVE = Path("data/raw/cifar-10-binary.tar.gz")
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp"}
+ARRAY_FILES = ("train_images.npy", "train_labels.npy", "test_images.npy", "test_labels.npy")
+MANIFEST_VERSION = 1
+# No CIFAR-sized image needs more than this, nor a whole image folder more than that: larger declared
+# sizes are refused before anything is decompressed (decompression bombs).
+MAX_MEMBER_BYTES = 16 * 1024 * 1024
+MAX_ARCHIVE_BYTES = 4 * 1024 * 1024 * 1024
+NO_NETWORK_MESSAGES = (
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "No address associated",
+    "Network is unreachable",
+)
+
+
+class DataError(RuntimeError):
+    """A dataset problem; str() says the cause and the fix in one or two lines."""
+
+
+@dataclass
+class Dataset:
+    train_images: np.ndarray  # uint8 (N, 32, 32, 3)
+    train_labels: np.ndarray  # int64 (N,)
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    classes: tuple[str, ...]
+    source: dict  # what the manifest says of where it came from
+
+
+# ----------------------------------------------------------------------------- cifar10 binary
+
+
+def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 binary batch: records of 1 label byte + 3072 bytes (R, G, B planes of 32x32)."""
+    if len(raw) % CIFAR_RECORD_BYTES:
+        raise DataError(
+            f"{name}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD_BYTES}-byte records; "
+            f"the archive is corrupt (delete it and download again)"
+        )
+    records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, CIFAR_RECORD_BYTES)
+    labels = records[:, 0].astype(np.int64)
+    if labels.max(initial=0) >= len(CIFAR_CLASSES):
+        raise DataError(
+            f"{name}: label {labels.max()} out of range 0-9; the archive is corrupt (delete it and download again)"
+        )
+    images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images), labels
+
+
+def read_cifar_archive(archive: Path) -> Dataset:
+    try:
+        tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 (closed by the `with tar:` below)
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise DataError(f"{archive}: not a readable .tar.gz ({err}); delete it and download again") from None
+    with tar:
+        try:
+            members = {m.name: m for m in tar.getmembers()}
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+            raise DataError(
+                f"{archive}: cannot list the archive ({err or type(err).__name__}); it is truncated or corrupt "
+                f"(replace it with the official cifar-10-binary.tar.gz)"
+            ) from None
+        for member in members.values():
+            if _unsafe_name(member.name) or not (member.isfile() or member.isdir()):
+                kind = "link" if member.issym() or member.islnk() else "special file" if not member.isfile() else "path"
+                raise DataError(
+                    f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
+                    f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz"
+                )
+        if sum(m.size for m in members.values()) > MAX_ARCHIVE_BYTES:
+            raise DataError(
+                f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10"
+            )
+        wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
+        missing = [name for name in wanted if name not in members]
+        if missing:
+            raise DataError(
+                f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz"
+            )
+
+        def read(name: str) -> bytes:
+            member = members[name]
+            # Members are read into memory, never extracted, so no path in the archive can write anywhere.
+            if not member.isfile() or not 0 < member.size <= CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_BATCH:
+                raise DataError(
+                    f"{archive}: member {name} is not a file of at most {CIFAR_RECORDS_PER_BATCH} records; "
+                    f"the archive is corrupt"
+                )
+            try:
+                return tar.extractfile(member).read()
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+                raise DataError(
+                    f"{archive}: cannot read {name} ({err}); the archive is corrupt (delete it and download again)"
+                ) from None
+
+        train = [parse_cifar_batch(read(name), name) for name in CIFAR_TRAIN_MEMBERS]
+        test_images, test_labels = parse_cifar_batch(read(CIFAR_TEST_MEMBER), CIFAR_TEST_MEMBER)
+    return Dataset(
+        train_images=np.concatenate([images for images, _ in train]),
+        train_labels=np.concatenate([labels for _, labels in train]),
+        test_images=test_images,
+        test_labels=test_labels,
+        classes=CIFAR_CLASSES,
+        source={"archive": str(archive)},
+    )
+
+
+def download(url: str, dest: Path, timeout: float, retries: int) -> None:
+    """Download with resume (HTTP Range on a .part file), retries with backoff and a progress bar."""
+    from tqdm import tqdm
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    last_error: Exception | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(min(2**attempt, 30))
+            log.info("retrying download (%d of %d)", attempt, retries)
+        have = part.stat().st_size if part.exists() else 0
+        request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                resumed = have and getattr(response, "status", 200) == 206
+                if have and not resumed:
+                    have = 0  # server ignored the range: start over
+                length = response.headers.get("Content-Length")
+                total = have + int(length) if length else None
+                with (
+                    open(part, "ab" if resumed else "wb") as handle,
+                    tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name, mininterval=2.0) as bar,
+                ):
+                    while chunk := response.read(1 << 16):
+                        handle.write(chunk)
+                        bar.update(len(chunk))
+            if total is not None and part.stat().st_size != total:
+                raise http.client.IncompleteRead(b"", total - part.stat().st_size)
+            part.replace(dest)
+            return
+        except urllib.error.HTTPError as err:
+            last_error = err
+            if err.code == 416:  # asked past the end: the .part is complete or bad; start over
+                part.unlink(missing_ok=True)
+            elif 400 <= err.code < 500 and err.code != 429:
+                break
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as err:
+            last_error = err  # a cut-off transfer keeps its .part file: the next attempt resumes it
+            if any(text in str(getattr(err, "reason", err)) for text in NO_NETWORK_MESSAGES):
+                break  # no name resolution: no network, and retrying will not bring it
+    raise DataError(
+        f"cannot download {url} ({describe_error(last_error)}). Without network: place cifar-10-binary.tar.gz in "
+        f"{dest.parent}/, or set data.source: imagefolder (data.path: a folder or .zip with train/<class>/*, "
+        f"test/<class>/*) or data.source: synthetic in params.yaml"
+    )
+
+
+def describe_error(err: Exception | None) -> str:
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code} {err.reason}"
+    if isinstance(err, urllib.error.URLError):
+        return str(err.reason)
+    return str(err) if err else "unknown error"
+
+
+def cifar10(settings: DataSettings) -> Dataset:
+    archive = Path(settings.path) if settings.path else DEFAULT_ARCHIVE
+    if archive.is_dir():
+        raise DataError(
+            f"data.path: {archive} is a folder; give the cifar-10-binary.tar.gz archive itself (data.source: cifar10), "
+            f"or an image folder with train/<class>/*, test/<class>/* (data.source: imagefolder)"
+        )
+    downloaded = False
+    if not archive.exists():
+        if settings.path:
+            raise DataError(
+                f"data.path: {archive} does not exist (point it at cifar-10-binary.tar.gz, "
+                f"or set it to null to download)"
+            )
+        log.info("downloading %s to %s", settings.url, archive)
+        download(settings.url, archive, settings.download_timeout_seconds, settings.download_retries)
+        downloaded = True
+    md5 = fsutil.md5_file(archive)
+    if md5 != settings.md5:
+        if downloaded:  # the project deletes only what it downloaded itself, in this very run
+            archive.unlink()
+            raise DataError(
+                f"{archive}: downloaded, but its md5 {md5} does not match data.md5 {settings.md5}; the download "
+                f"was removed, run again to download it anew"
+            )
+        raise DataError(
+            f"{archive}: md5 {md5} does not match data.md5 {settings.md5}; the file was kept. If this copy is "
+            f"trusted, set data.md5: {md5}; otherwise replace it with the official cifar-10-binary.tar.gz "
+            f"(or point data.path at a trusted copy)"
+        )
+    dataset = read_cifar_archive(archive)
+    dataset.source.update({"url": settings.url, "archive_md5": md5})
+    return dataset
+
+
+# ----------------------------------------------------------------------------- image folders
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":")
+
+
+def _split_class(name: str) -> tuple[str, str, str] | None:
+    """'train/cat/0001.png' -> ('train', 'cat', '0001.png'); None for anything else."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if len(parts) != 3 or parts[0] not in ("train", "test"):
+        return None
+    return parts[0], parts[1], parts[2]
+
+
+def _stray(name: str, is_dir: bool) -> str | None:
+    """Why a path under train/ or test/ is not read as an image of a class, or None (it is, or lies elsewhere)."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if not parts or parts[0] not in ("train", "test") or any(p.startswith(".") for p in parts):
+        return None  # outside the splits (a README beside them), or hidden (.DS_Store): not part of the data
+    if len(parts) == 2 and not is_dir:
+        return "is a file where class folders belong (train/<class>/, test/<class>/)"
+    if len(parts) > 3 and not is_dir:
+        return f"lies in a sub-folder of class folder {parts[0]}/{parts[1]}/ (images are read one level deep only)"
+    return None
+
+
+def _readable_error(err: BaseException) -> str:
+    """An error's text without the in-memory object Pillow names (<_io.BytesIO object at 0x...>)."""
+    import re
+
+    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(err)).strip() or type(err).__name__
+    return "unknown or corrupt image format" if text.startswith("cannot identify image file") else text
+
+
+def _decode(raw: bytes, name: str, mode: str, converted: list[str]) -> np.ndarray:
+    """32x32 RGB as uint8 HWC. mode `strict` refuses anything else; `convert` resizes / converts and notes it."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            if image.size != IMAGE_SHAPE[:2] or image.mode != "RGB":
+                if mode == "strict":
+                    raise DataError(
+                        f"{name}: image is {image.size[0]}x{image.size[1]} {image.mode}, expected 32x32 RGB "
+                        f"(fix the file, or set data.image_mode: convert to resize and convert it)"
+                    )
+                converted.append(name)
+                image = image.convert("RGB").resize(IMAGE_SHAPE[:2], Image.Resampling.BICUBIC)
+            return np.asarray(image, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise DataError(f"{name}: not a readable image ({_readable_error(err)}); remove or replace it") from None
+
+
+def _entries(root: Path) -> tuple[list[tuple[str, str, str, callable]], set[tuple[str, str]], list[tuple[str, str]]]:
+    """(split, class, file name, reader) for every file under train/<class>/ and test/<class>/ of a folder or
+    zip, the set of (split, class) folders seen (to find empty classes) and the stray files under train/ and
+    test/ with why they are not read. Nothing is ever extracted; unsafe names, links and oversized members are
+    refused before any is read.
+    """
+    entries, folders, strays = [], set(), []
+    if root.is_dir():
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            parts = rel.split("/")
+            if len(parts) == 2 and parts[0] in ("train", "test") and path.is_dir() and not parts[1].startswith("."):
+                folders.add((parts[0], parts[1]))
+            why = _stray(rel, path.is_dir())
+            if why:
+                strays.append((rel, why))
+            parsed = _split_class(rel)
+            if parsed and not parsed[2].startswith(".") and not parsed[1].startswith("."):
+                if path.is_symlink() or not path.is_file():
+                    if path.is_dir() and not path.is_symlink():
+                        continue  # a sub-folder: its files are strays, listed above
+                    raise DataError(f"{path}: refused: not a regular file (a link or special file) in the image folder")
+                entries.append((*parsed, path.read_bytes))
+        return entries, folders, strays
+    try:
+        archive = zipfile.ZipFile(root)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise DataError(f"data.path: {root} is neither a folder nor a readable .zip ({err})") from None
+    infos = archive.infolist()
+    for info in infos:
+        if _unsafe_name(info.filename):
+            raise DataError(
+                f"{root}: refused: member {info.filename!r} has an unsafe path (.. or absolute); nothing was extracted"
+            )
+        if (info.external_attr >> 16) & 0o170000 == 0o120000:
+            raise DataError(f"{root}: refused: member {info.filename!r} is a symbolic link")
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise DataError(
+                f"{root}: refused: member {info.filename!r} declares {info.file_size} bytes, far above a 32x32 image"
+            )
+    if sum(i.file_size for i in infos) > MAX_ARCHIVE_BYTES:
+        raise DataError(
+            f"{root}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes in all, far above CIFAR-10"
+        )
+    for info in sorted(infos, key=lambda i: i.filename):
+        parts = [p for p in info.filename.split("/") if p]
+        in_split = len(parts) >= 2 and parts[0] in ("train", "test") and not parts[1].startswith(".")
+        if in_split and (len(parts) >= 3 or info.is_dir()):  # train/README.txt is a stray file, not a class
+            folders.add((parts[0], parts[1]))
+        why = _stray(info.filename, info.is_dir())
+        if why:
+            strays.append((info.filename.rstrip("/"), why))
+        parsed = _split_class(info.filename)
+        if parsed and not info.is_dir() and not parsed[2].startswith(".") and not parsed[1].startswith("."):
+            entries.append((*parsed, lambda info=info: _read_member(root, archive, info)))
+    return entries, folders, strays
+
+
+def _read_member(root: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A zip member's bytes, never more than it declares; a corrupt member (bad CRC, wrong size) is one line."""
+    try:
+        with archive.open(info) as handle:
+            raw = handle.read(info.file_size + 1)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError) as err:
+        raise DataError(
+            f"{root}: member {info.filename} is corrupt ({_readable_error(err)}); repair or rebuild the zip"
+        ) from None
+    if len(raw) != info.file_size:
+        raise DataError(
+            f"{root}: member {info.filename} holds {'more' if len(raw) > info.file_size else 'less'} data than "
+            f"the {info.file_size} bytes it declares; the zip is corrupt (repair or rebuild it)"
+        )
+    return raw
+
+
+def imagefolder(settings: DataSettings) -> Dataset:
+    """A folder or .zip of train/<class>/* and test/<class>/*, checked, then decoded to 32x32 RGB."""
+    root = _imagefolder_root(settings)
+    mode = settings.image_mode
+    found, folders, strays = _entries(root)
+    entries = [e for e in found if Path(e[2]).suffix.lower() in IMAGE_SUFFIXES]
+    others = [f"{s}/{c}/{n}" for s, c, n, _ in found if Path(n).suffix.lower() not in IMAGE_SUFFIXES]
+    _refuse_or_skip_strays(root, mode, others, strays)
+    classes = _imagefolder_classes(root, entries, folders)
+    arrays, converted = _decode_splits(root, entries, classes, mode)
+    if converted:
+        log.warning(
+            "%d image(s) resized or converted to 32x32 RGB (data.image_mode: convert), e.g. %s",
+            len(converted),
+            converted[0],
+        )
+    source = {
+        "path": str(root),
+        "image_mode": mode,
+        "converted_images": len(converted),
+        "skipped_files": len(others) + len(strays),
+    }
+    return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes), source=source)
+
+
+def _imagefolder_root(settings: DataSettings) -> Path:
+    if not settings.path:
+        raise DataError(
+            "data.path: required for data.source: imagefolder (a folder or .zip with train/<class>/*, test/<class>/*)"
+        )
+    root = Path(settings.path)
+    if not root.exists():
+        raise DataError(f"data.path: {root} does not exist (a folder or .zip with train/<class>/*, test/<class>/*)")
+    return root
+
+
+def _refuse_or_skip_strays(root: Path, mode: str, others: list[str], strays: list) -> None:
+    """Non-images and files outside train/<class>/, test/<class>/: refused in strict mode, skipped in convert."""
+    if others and mode == "strict":
+        raise DataError(
+            f"{root}: {others[0]} is not an image file (png, jpg, jpeg, bmp, webp); remove it, "
+            f"or set data.image_mode: convert to skip such files"
+        )
+    if strays and mode == "strict":
+        name, why = strays[0]
+        raise DataError(
+            f"{root}: {name} {why}; move or remove it, or set data.image_mode: convert to skip such files "
+            f"({len(strays)} in all)"
+        )
+    if strays:
+        log.warning(
+            "%d file(s) outside train/<class>/ and test/<class>/ skipped (data.image_mode: convert), e.g. %s",
+            len(strays),
+            strays[0][0],
+        )
+
+
+def _imagefolder_classes(root: Path, entries: list, folders) -> list[str]:
+    """The class names, the same in both splits, none of them empty."""
+    empty = sorted(f"{s}/{c}" for s, c in folders if not any(e[0] == s and e[1] == c for e in entries))
+    if empty:
+        raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
+    classes = {split: sorted({cls for s, cls, _, _ in entries if s == split}) for split in ("train", "test")}
+    if not classes["train"]:
+        raise DataError(f"{root}: no images under train/<class>/ (expected train/<class>/*.png|jpg and test/<class>/*)")
+    if not classes["test"]:
+        raise DataError(f"{root}: no images under test/<class>/ (a test split is required)")
+    if classes["train"] != classes["test"]:
+        raise DataError(f"{root}: train classes {classes['train']} differ from test classes {classes['test']}")
+    return classes["train"]
+
+
+def _decode_splits(root: Path, entries: list, classes: list[str], mode: str) -> tuple[dict, list[str]]:
+    """{split: (uint8 images, int64 labels)} and the names of the images that had to be converted."""
+    index = {cls: i for i, cls in enumerate(classes)}
+    arrays, converted = {}, []
+    for split in ("train", "test"):
+        chosen = [e for e in entries if e[0] == split]
+        images = np.empty((len(chosen), *IMAGE_SHAPE), dtype=np.uint8)
+        labels = np.empty(len(chosen), dtype=np.int64)
+        for i, (_, cls, name, read) in enumerate(chosen):
+            images[i] = _decode(read(), f"{root}:{split}/{cls}/{name}", mode, converted)
+            labels[i] = index[cls]
+        arrays[split] = (images, labels)
+    return arrays, converted
+
+
+# ----------------------------------------------------------------------------- synthetic
+
+
+def synthetic(settings: DataSettings, train_size: int = 5000, test_size: int = 1000, num_classes: int = 10) -> Dataset:
+    """Deterministic, class-separable CIFAR-shaped images: a smooth colour template per class plus noise.
+
+    For offline smoke runs only; everything made from it is labelled synthetic.
+    """
+    rng = np.random.default_rng(12345)
+    coarse = rng.uniform(0, 255, size=(num_classes, 4, 4, 3))
+    templates = coarse.repeat(8, axis=1).repeat(8, axis=2)  # (classes, 32, 32, 3)
+
+    def split(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        split_rng = np.random.default_rng(seed)
+        labels = np.arange(count, dtype=np.int64) % num_classes
+        split_rng.shuffle(labels)
+        noise = split_rng.normal(0, 48, size=(count, *IMAGE_SHAPE))
+        images = np.clip(templates[labels] * 0.7 + 40 + noise, 0, 255).astype(np.uint8)
+        return images, labels
+
+    return Dataset(
+        *split(settings.train_size or train_size, 1),
+        *split(settings.test_size or test_size, 2),
+        classes=tuple(f"class{i}" for i in range(num_classes)),
+        source={"generator": "gpuscale.data.synthetic", "generator_version": 1},
+    )
+
+
+# ----------------------------------------------------------------------------- subsets and output
+
+
+def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Indices of `size` items with the classes as evenly represented as `size` allows; sorted."""
+    if size >= len(labels):
+        return np.arange(len(labels))
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    per_class = np.full(len(classes), size // len(classes))
+    per_class[: size % len(classes)] += 1
+    if np.any(per_class > counts):
+        raise DataError(
+            f"a stratified subset of {size} needs {per_class.max()} images of every class; some class has fewer "
+            f"(lower data.train_size / data.test_size)"
+        )
+    chosen = [
+        rng.choice(np.flatnonzero(labels == cls), take, replace=False)
+        for cls, take in zip(classes, per_class, strict=True)
+    ]
+    return np.sort(np.concatenate(chosen))
+
+
+SOURCES = {"cifar10": cifar10, "imagefolder": imagefolder, "synthetic": synthetic}
+
+
+def prepare(settings: DataSettings | dict, out_dir: Path | str) -> dict:
+    """Build the prepared dataset under out_dir (atomically) from data.* settings; return the manifest."""
+    settings = DataSettings.of(settings)
+    dataset = SOURCES[settings.source](settings)
+    splits = {}
+    for split, size in (("train", settings.train_size), ("test", settings.test_size)):
+        images, labels = getattr(dataset, f"{split}_images"), getattr(dataset, f"{split}_labels")
+        if size is not None and settings.source != "synthetic":
+            if size > len(labels):  # never a manifest that names a size the data does not have
+                raise DataError(
+                    f"data.{split}_size: {size} is more than the {len(labels)} {split} images the source holds "
+                    f"(lower it, or set it to null to use them all)"
+                )
+            keep = stratified_subset(labels, size, settings.subset_seed)
+            images, labels = images[keep], labels[keep]
+        splits[split] = (np.ascontiguousarray(images), labels.astype(np.int64))
+    with fsutil.atomic_directory(out_dir) as tmp:
+        files = {}
+        for split, (images, labels) in splits.items():
+            for name, array in ((f"{split}_images.npy", images), (f"{split}_labels.npy", labels)):
+                np.save(tmp / name, array, allow_pickle=False)
+                files[name] = {
+                    "sha256": fsutil.sha256_file(tmp / name),
+                    "shape": list(array.shape),
+                    "dtype": str(array.dtype),
+                }
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "source": settings.source,
+            "synthetic": settings.source == "synthetic",
+            "origin": dataset.source,
+            "classes": list(dataset.classes),
+            "counts": {
+                split: {
+                    "total": len(labels),
+                    "per_class": {
+                        dataset.classes[c]: int(n) for c, n in zip(*np.unique(labels, return_counts=True), strict=True)
+                    },
+                }
+                for split, (_, labels) in splits.items()
+            },
+            "subset": {
+                "train_size": settings.train_size,
+                "test_size": settings.test_size,
+                "seed": settings.subset_seed,
+            },
+            "files": files,
+        }
+        fsutil.write_json(tmp / "manifest.json", manifest)
+    log.info(
+        "prepared %s: %d train / %d test images, %d classes -> %s",
+        settings.source,
+        len(splits["train"][1]),
+        len(splits["test"][1]),
+        len(dataset.classes),
+        out_dir,
+    )
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    """What makes a manifest unusable, or None."""
+    if not isinstance(manifest, dict):
+        return "is not a JSON object"
+    for key, kind in (("files", dict), ("classes", list), ("origin", dict), ("counts", dict), ("source", str)):
+        if not isinstance(manifest.get(key), kind):
+            return f"has no valid {key!r}"
+    if not isinstance(manifest.get("synthetic"), bool):
+        return "has no valid 'synthetic'"
+    for name in ARRAY_FILES:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            return f"lists no checksum for {name}"
+    for split in ("train", "test"):
+        if not isinstance(manifest["counts"].get(split), dict) or not isinstance(
+            manifest["counts"][split].get("total"), int
+        ):
+            return f"has no count of the {split} images"
+    if not manifest["classes"] or not all(isinstance(c, str) for c in manifest["classes"]):
+        return "lists no class names"
+    return None
+
+
+def load_prepared(directory: Path | str, verify: bool = True) -> tuple[Dataset, dict, str]:
+    """Open a prepared dataset memory-mapped; with verify, check every array against the manifest.
+
+    Returns (dataset, manifest, manifest sha256). Anything malformed (a manifest of the wrong shape, arrays of
+    objects, wrong dtypes or shapes, labels out of range) is one DataError; nothing is ever unpickled.
+    """
+    directory = Path(directory)
+    manifest_path = directory / "manifest.json"
+    rerun = "run the data stage again (gpuscale data)"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON or not UTF-8
+        why = getattr(err, "strerror", None) or type(err).__name__
+        raise DataError(f"{manifest_path}: missing or unreadable ({why}); run the data stage (gpuscale data)") from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DataError(f"{manifest_path}: {problem}, so it is not a gpuscale manifest; {rerun}")
+    if verify:
+        for name in ARRAY_FILES:
+            expected = manifest["files"][name]["sha256"]
+            path = directory / name
+            if not path.exists() or fsutil.sha256_file(path) != expected:
+                raise DataError(f"{path}: does not match its manifest (changed after preparation); {rerun}")
+    arrays = {}
+    for name in ARRAY_FILES:
+        try:
+            arrays[name] = np.load(directory / name, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:  # ValueError: object arrays (pickles) are refused
+            raise DataError(
+                f"{directory / name}: not a plain numeric array ({_readable_error(err)}); {rerun}"
+            ) from None
+    classes = len(manifest["classes"])
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images.npy"], arrays[f"{split}_labels.npy"]
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != IMAGE_SHAPE:
+            raise DataError(
+                f"{directory}/{split}_images.npy: {images.dtype} {images.shape}, expected uint8 (N, 32, 32, 3); {rerun}"
+            )
+        if labels.dtype.kind not in "iu" or labels.shape != (len(images),):
+            raise DataError(
+                f"{directory}/{split}_labels.npy: {labels.dtype} {labels.shape}, expected integers ({len(images)},); "
+                f"{rerun}"
+            )
+        if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+            raise DataError(f"{directory}/{split}_labels.npy: labels outside 0-{classes - 1}; {rerun}")
+    dataset = Dataset(
+        arrays["train_images.npy"],
+        arrays["train_labels.npy"],
+        arrays["test_images.npy"],
+        arrays["test_labels.npy"],
+        classes=tuple(manifest["classes"]),
+        source=manifest["origin"],
+    )
+    return dataset, manifest, fsutil.sha256_file(manifest_path)

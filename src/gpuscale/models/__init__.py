@@ -1,0 +1,1 @@
+"""The model registry (torch-free names and builders), the networks, and their facts file (modelfacts.json)."""

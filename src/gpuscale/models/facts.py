@@ -1,0 +1,74 @@
+"""Writes src/gpuscale/models/modelfacts.json, the registry's sizes and costs for code that must not import torch.
+
+    python -m gpuscale.models.facts --facts
+
+It sits apart from nets (which counts) and models (which names the registry and reads the file), so neither of
+those imports the other back. tests/test_models.py fails when the file is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from gpuscale.models import nets
+from gpuscale.models import registry as models
+
+FACTS_NOTES = (
+    "Per registry model, for 10 classes and 32x32x3 images, counted on the CPU by gpuscale.models.nets.training_cost "
+    "(forward + backward of one training step, optimizer excluded): train_flops_per_image is the sum of the "
+    "flops_by_kind entries conv (dense), depthwise_conv, grouped_conv, linear (mm/addmm) and attention "
+    "(bmm/baddbmm/fused attention); flops_by_kind.other is not FLOPs by torch's formulas but the output elements "
+    "of every other computing op (normalisation, activations, pooling, elementwise), one per element per image: "
+    "a measure of memory-bound work, not in train_flops_per_image. ops_per_step: computing ops dispatched in a "
+    "forward + backward step (a proxy for kernel launches; batch-independent). layers: convolution, linear and "
+    "attention layers. parameter_tensors: what the optimizer steps over."
+)
+
+
+def model_facts(names: list[str] | None = None) -> dict:
+    """The facts file's content: {"schema": 1, "models": {name: {...}}} for `names` (default: the registry)."""
+    facts = {}
+    for name in names or list(models.MODEL_NAMES):
+        spec = models.MODELS[name]
+        torch.manual_seed(0)
+        model = spec.build(10)
+        cost = nets.training_cost(model)
+        facts[name] = {
+            "family": spec.family,
+            "description": spec.description,
+            "parameters": nets.parameter_count(model),
+            "parameter_tensors": sum(1 for _ in model.parameters()),
+            "layers": nets.layer_count(model),
+            "forward_flops_per_image": cost["forward_flops_per_image"],
+            "train_flops_per_image": cost["train_flops_per_image"],
+            "flops_by_kind": cost["flops_by_kind"],
+            "ops_per_step": cost["ops_per_step"],
+        }
+    return {"schema": 1, "notes": FACTS_NOTES, "models": facts}
+
+
+def write_facts(path: Path | None = None) -> Path:
+    path = path or models.FACTS_PATH
+    path.write_text(json.dumps(model_facts(), indent=1) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuscale.models.facts", description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", action="store_true", help="write the registry's facts file (modelfacts.json)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write it (default: the package's)")
+    args = parser.parse_args(argv)
+    if not args.facts:
+        parser.print_help()
+        return 2
+    print(f"wrote {write_facts(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
