@@ -24,8 +24,8 @@ if workflow.config_settings.config:
 
 PARAMS_FILES = _params_files()
 PARAMS_ARGS = " ".join(f"--params {shlex.quote(f)}" for f in PARAMS_FILES)  # quoted: reaches the shell
-try:
-    gp.load([Path(f) for f in PARAMS_FILES])
+try:  # validated and typed once; the rules read the study from PARAMS
+    PARAMS = gp.load_typed([Path(f) for f in PARAMS_FILES])
 except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
@@ -47,12 +47,12 @@ AGGREGATE_OUTPUTS = {
 
 
 def all_records():
-    return [gp.record_path(**key) for key in gp.run_keys(config)]
+    return [gp.record_path(**key) for key in TIMING_ORDER]
 
 
 # The timing jobs' order (gpuscale.contract.params.timing_order): a job's priority is its distance from the end, so with
 # one timing slot Snakemake starts them in that order; sweeps come after the study's runs. Shown by a dry run.
-TIMING_ORDER = gp.run_keys(config)
+TIMING_ORDER = gp.run_keys(PARAMS)
 _TIMING_RANK = {
     (k["model"], k["device"], k["variant"], k["seed"], k.get("round", 1)): len(TIMING_ORDER) - i
     for i, k in enumerate(TIMING_ORDER)
@@ -88,7 +88,7 @@ if _DRY_RUN and workflow.is_main_process and not config["predict"]["only"]:
 
 
 def sweep_records():
-    return [gp.sweep_record_path(**key) for key in gp.sweep_keys(config)]
+    return [gp.sweep_record_path(**key) for key in gp.sweep_keys(PARAMS)]
 
 
 def reference_records(folders=None):

@@ -8,7 +8,7 @@ rule train:
         record="results/runs/{model}/{device}/{variant}-seed{seed}{rsuffix}.json",
     params:
         # Everything that shapes this run: an edit to one model's params reruns that model only.
-        settings=lambda w: gp.run_settings(config, w.model, w.device, w.variant, int(w.seed)),
+        settings=lambda w: gp.run_settings(PARAMS, w.model, w.device, w.variant, int(w.seed)),
         label=lambda w: config["study"].get("label"),
         # rounds after the first only: the first round's command is the DVC stage's (dvc.yaml runs one round)
         round_arg=lambda w: f" --round {round_of(w.rsuffix)}" if w.rsuffix else "",
@@ -45,7 +45,7 @@ rule sweep_threads:
     output:
         record="results/runs/{model}/cpu/threads{value}-{variant}-seed{seed}.json",
     params:
-        settings=lambda w: gp.sweep_settings(config, w.model, "cpu", "threads", int(w.value), w.variant, int(w.seed)),
+        settings=lambda w: gp.sweep_settings(PARAMS, w.model, "cpu", "threads", int(w.value), w.variant, int(w.seed)),
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/cpu/threads{value}-{variant}-seed{seed}.log",
@@ -74,7 +74,7 @@ rule sweep_batch:
     output:
         record="results/runs/{model}/{device}/batch{value}-{variant}-seed{seed}.json",
     params:
-        settings=lambda w: gp.sweep_settings(config, w.model, w.device, "batch", int(w.value), w.variant, int(w.seed)),
+        settings=lambda w: gp.sweep_settings(PARAMS, w.model, w.device, "batch", int(w.value), w.variant, int(w.seed)),
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.log",

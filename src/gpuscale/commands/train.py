@@ -96,13 +96,13 @@ def run(args) -> int:
         log.warning("model %s is not in study.models; training it anyway as asked", args.model)
     if args.sweep:
         parameter, _, value = args.sweep.partition("=")
-        settings = params.sweep_settings(
+        settings = params.typed_sweep_settings(
             config, args.model, args.device, parameter, int(value), args.variant, args.seed
         )
     else:
-        settings = params.run_settings(config, args.model, args.device, args.variant, args.seed)
+        settings = params.typed_run_settings(config, args.model, args.device, args.variant, args.seed)
     out = Path(args.out or default_out(args))
-    world = params.data_parallel_size(args.device)
+    world = settings.device.world_size
     # The host-wide timing lock, held from here to the end (a second timing job waits), and this process ends
     # when whoever started it is gone (gpuscale.measure.timinglock).
     with timinglock.hold():

@@ -8,6 +8,7 @@ tool launched the stage. Torch-free: the Snakefile imports this module.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import random
@@ -195,22 +196,19 @@ def train_settings(config: typed.Params | dict, model: str) -> dict:
 def typed_run_settings(
     config: typed.Params | dict, model: str, device: str, variant: str, seed: int
 ) -> typed.RunSettings:
-    """run_settings as frozen dataclasses (gpuscale.contract.settings.RunSettings)."""
-    return typed.RunSettings.from_dict(run_settings(config, model, device, variant, seed))
+    """Everything that shapes one run's result, typed once (gpuscale.contract.settings.RunSettings)."""
+    return _typed_run(typed.TrainStageParams.of(config, model, variant), model, device, variant, seed)
+
+
+def _typed_run(stage: typed.TrainStageParams, model: str, device: str, variant: str, seed: int) -> typed.RunSettings:
+    return typed.RunSettings(
+        model, typed.DeviceSpec.parse(device), variant, seed, stage.on_missing_device, stage.variant, stage.train
+    )
 
 
 def run_settings(config: typed.Params | dict, model: str, device: str, variant: str, seed: int) -> dict:
     """Everything that shapes one run's result; the record keeps it, Snakemake reruns on its change."""
-    stage = typed.TrainStageParams.of(config, model, variant)  # only the keys the train stage depends on
-    return {
-        "model": model,
-        "device": device,
-        "variant": variant,
-        "seed": seed,
-        "on_missing_device": stage.on_missing_device,
-        "variant_knobs": stage.variant.to_dict(),
-        "train": stage.train.to_dict(),
-    }
+    return typed_run_settings(config, model, device, variant, seed).to_dict()
 
 
 def select(config: dict, keys: list[str], item: dict | None = None) -> dict:
@@ -278,16 +276,22 @@ def sweep_settings(
     config: typed.Params | dict, model: str, device: str, parameter: str, value: int, variant: str, seed: int
 ) -> dict:
     """A run's settings with the swept setting replaced; the sweep is part of the run's key."""
+    return typed_sweep_settings(config, model, device, parameter, value, variant, seed).to_dict()
+
+
+def typed_sweep_settings(
+    config: typed.Params | dict, model: str, device: str, parameter: str, value: int, variant: str, seed: int
+) -> typed.RunSettings:
+    """sweep_settings, typed once: train.* after models.<m>, then sweeps.train, then the swept value."""
     if parameter not in SWEEP_PARAMETERS:
         raise ParamsError(f"--sweep: unknown parameter {parameter!r} (allowed: {', '.join(SWEEP_PARAMETERS)})")
     stage = typed.TrainStageParams.of(config, model, variant)
     swept = {"batch_size": value} if parameter == "batch" else {"cpu_threads": value}
-    return {
-        **run_settings(config, model, device, variant, seed),
-        # sweep-only train keys after models.<m>, then the swept value
-        "train": stage.train_with({**stage.sweep_train, **swept}).to_dict(),
-        "sweep": {"parameter": parameter, "value": value},
-    }
+    return dataclasses.replace(
+        _typed_run(stage, model, device, variant, seed),
+        train=stage.train_with({**stage.sweep_train, **swept}),
+        sweep=typed.Sweep(parameter, value),
+    )
 
 
 def data_parallel_size(device: str) -> int:

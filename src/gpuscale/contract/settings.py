@@ -217,6 +217,11 @@ class RunSettings:
             sweep=Sweep(**sweep) if sweep else None,
         )
 
+    @classmethod
+    def of(cls, settings: RunSettings | dict[str, Any]) -> RunSettings:
+        """The settings as they are, or typed from params.run_settings' dict (callers without params: tests)."""
+        return settings if isinstance(settings, RunSettings) else cls.from_dict(settings)
+
     def to_dict(self) -> dict:
         out = {
             "model": self.model,

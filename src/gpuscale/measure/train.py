@@ -365,7 +365,7 @@ def spec_unavailable_reason(spec: str) -> str | None:
 
 
 def run(
-    settings: dict,
+    settings: RunSettings | dict,
     data_dir: Path,
     out: Path,
     threads: int | None,
@@ -373,8 +373,9 @@ def run(
     resume: bool = False,
     round_: int = 1,
 ) -> dict:
-    """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it."""
-    run = RunSettings.from_dict(settings)  # validated params, typed once
+    """Train one run (see _run); a data-parallel device joins the process group torchrun made, and leaves it.
+    `settings`: the typed run settings, or params.run_settings' dict (typed here, once, and passed down)."""
+    run = RunSettings.of(settings)
     world, device_type = run.device.world_size, run.device.kind
     ctx = None
     if world > 1 and not spec_unavailable_reason(run.device.spec):
@@ -386,7 +387,7 @@ def run(
             timinglock.hold(watch_parent=False),
             variants.compile_cache(run.variant_knobs, device_type) as cache,
         ):
-            return _run(settings, data_dir, out, threads, label, resume, ctx, cache, round_)
+            return _run(run, data_dir, out, threads, label, resume, ctx, cache, round_)
     finally:
         if ctx is not None:
             distributed.teardown()
@@ -396,8 +397,8 @@ def run(
 class RunContext:
     """What one process of a run works with: its settings, device, threads, and the run's bookkeeping."""
 
-    settings: dict  # the run's settings as params gave them (the record keeps them)
-    run: RunSettings  # the same, typed
+    settings: dict  # the run's settings as the record keeps them (run.to_dict(): params.run_settings' dict)
+    run: RunSettings  # the same, typed once
     train: TrainSettings  # train.* for this process (a data-parallel run shares out the batch)
     device: torch.device
     threads: int
@@ -431,7 +432,7 @@ class Training:
 
 
 def _run(
-    settings: dict,
+    run: RunSettings,
     data_dir: Path,
     out: Path,
     threads: int | None,
@@ -441,14 +442,14 @@ def _run(
     cache: dict | None = None,
     round_: int = 1,
 ) -> dict:
-    """Train one run as `settings` (gpuscale.contract.params.run_settings) says and write its record to `out`.
+    """Train one run as `run` (gpuscale.contract.params.typed_run_settings) says and write its record to `out`.
 
     With `resume`, a checkpoint beside `out` is written after every epoch; a later call for the same run on
     the same host, settings and data continues after the last completed epoch. Each epoch keeps the time the
     process that ran it measured, the first epoch of every process counts as a warm-up epoch, and the record
     lists which process timed which epochs.
     """
-    run_ctx = prepare_context(settings, out, threads, resume, ctx)
+    run_ctx = prepare_context(run, out, threads, resume, ctx)
     run_ctx.round = round_
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
     model = MODELS[run_ctx.run.model].build(len(dataset.classes))
@@ -493,15 +494,14 @@ def take_sentinel(run_ctx: RunContext, when: str) -> dict | None:
     return doc
 
 
-def prepare_context(settings: dict, out: Path, threads: int | None, resume: bool, ctx) -> RunContext:
+def prepare_context(run: RunSettings, out: Path, threads: int | None, resume: bool, ctx) -> RunContext:
     """Threads, device and per-process batch of this process; seeds and determinism set."""
-    run = RunSettings.from_dict(settings)
     train = run.train
     if run.sweep is not None and run.sweep.parameter == "threads":
         threads = run.sweep.value  # the swept value wins over the job's threads
     threads = threads or train.cpu_threads or os.cpu_count() or 1
     tag = f"[{run.model} {run.device} {run.variant} seed{run.seed}]"
-    run_ctx = RunContext(settings, run, train, torch_device(run.device.spec), threads, out, resume, tag=tag)
+    run_ctx = RunContext(run.to_dict(), run, train, torch_device(run.device.spec), threads, out, resume, tag=tag)
     if ctx is not None:  # data-parallel: the job's threads shared out, one GPU per process
         per_process = train.batch_size
         if train.distributed_batch == "global":
