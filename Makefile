@@ -42,10 +42,12 @@ lock:
 	test -x .venv-tools/bin/uv || { $(PYTHON) -m venv .venv-tools && .venv-tools/bin/pip install -q uv; }
 	$(PYTHON) requirements/lock.py compile .venv-tools/bin/uv
 
-# The code style the project keeps (pyproject.toml's [tool.ruff]); part of `make test` and so of CI.
+# The code style the project keeps (pyproject.toml's [tool.ruff]) and its layers (pyproject.toml's
+# [tool.importlinter]: docs/architecture.md); part of `make test` and so of CI.
 lint: install
 	$(call q,$(BIN)/ruff) check src tests benchmarks requirements
 	$(call q,$(BIN)/ruff) format --check src tests benchmarks requirements
+	$(call q,$(BIN)/lint-imports) --no-cache
 
 reproduce: install
 	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml $(foreach f,$(OVERLAYS),--params $(f)) \

@@ -165,42 +165,39 @@ def test_the_workflow_takes_the_aggregation_outputs_from_the_table_contract():
     assert "**AGGREGATE_OUTPUTS" in (REPO / "workflow/rules/report.smk").read_text()
 
 
-def module_imports() -> dict[str, set[str]]:
-    """gpuscale module -> the gpuscale modules it imports, lazy imports inside functions included."""
-    root = REPO / "src/gpuscale"
-    names = {p.relative_to(root).with_suffix("").as_posix().replace("/", ".") for p in root.rglob("*.py")}
-    graph = {}
-    for path in root.rglob("*.py"):
-        module = path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "gpuscale":
-                found |= {a.name for a in node.names if a.name in names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuscale."):
-                found.add(node.module.removeprefix("gpuscale."))
-            elif isinstance(node, ast.Import):
-                found |= {a.name.removeprefix("gpuscale.") for a in node.names if a.name.startswith("gpuscale.")}
-        graph[module] = (found & names) - {module}
-    return graph
+def importlinter_contracts() -> dict[str, dict]:
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return {c["type"]: c for c in contracts}
+
+
+def lint_imports() -> str:
+    """import-linter's report on the contracts of pyproject.toml (also run by `make lint`); fails when one breaks."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("lint-imports")
+    if tool is None:
+        pytest.skip("import-linter is not installed (the test extra has it)")
+    done = subprocess.run([tool, "--no-cache"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done.stdout
 
 
 def test_no_import_cycles_among_modules():
-    graph, cycles = module_imports(), []
-
-    def visit(module, path):
-        for nxt in sorted(graph.get(module, ())):
-            if nxt in path:
-                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
-            elif len(path) < 12:
-                visit(nxt, [*path, nxt])
-
-    for module in sorted(graph):
-        visit(module, [module])
-    assert not cycles, f"import cycles: {sorted(set(cycles))[:5]}"
+    contract = importlinter_contracts()["acyclic_siblings"]
+    assert contract["ancestors"] == ["gpuscale"] and contract.get("depth", 10) >= 3
+    assert f"{contract['name']} KEPT" in " ".join(lint_imports().split())
 
 
 def test_stage_modules_depend_on_the_table_contract_not_on_each_other():
-    graph = module_imports()
-    stages = {"aggregate", "charts", "report"}
-    for stage in stages:
-        assert graph[stage] & (stages - {stage}) == set(), f"{stage} imports {graph[stage] & stages}"
+    contract = importlinter_contracts()["independence"]
+    assert set(contract["modules"]) == {"gpuscale.aggregate", "gpuscale.charts", "gpuscale.report"}
+    assert f"{contract['name']} KEPT" in " ".join(lint_imports().split())
+
+
+def test_make_lint_checks_the_import_contracts():
+    makefile = (REPO / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
+    assert "lint-imports" in lint
