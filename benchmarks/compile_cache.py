@@ -50,7 +50,7 @@ def main() -> None:
             settings_file, out = tmp / "settings.json", tmp / f"{policy}.json"
             settings_file.write_text(json.dumps(settings))
             code = (
-                "import json, sys; from pathlib import Path; from gpuscale import train; "
+                "import json, sys; from pathlib import Path; from gpuscale.measure import train; "
                 "train.run(json.load(open(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]), "
                 f"threads={args.threads!r})"
             )

@@ -103,7 +103,7 @@ def test_hold_is_reentrant_and_ranks_of_a_holder_inherit_it(lock_dir, monkeypatc
     with timinglock.hold(watch_parent=False) as outer, timinglock.hold(watch_parent=False) as inner:
         assert outer == inner
         env = dict(os.environ, RANK="1", LOCAL_RANK="1")
-        code = "from gpuscale import timinglock\nwith timinglock.hold() as h: print(h)"
+        code = "from gpuscale.measure import timinglock\nwith timinglock.hold() as h: print(h)"
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert "'inherited': True" in done.stdout and f"'holder_pid': {os.getpid()}" in done.stdout
 
