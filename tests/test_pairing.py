@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate, analysis
+from gpuscale import aggregate, analysis, report, words
 
 A, B = "a" * 8 + "-1111-2222-3333-444444444444", "b" * 8 + "-5555-6666-7777-888888888888"
 Z = analysis.Z95
@@ -106,6 +106,8 @@ def test_halves_only_in_different_leases_are_refused_and_listed_with_the_reason(
         "marked cross-lease"
     )
     assert row["speedup_interval_low"] is None and row["leases"] is None
+    chip = report._chip(row)
+    assert chip["value"] == "—" and "no same-lease pair" in chip["detail"]
 
 
 def test_pairing_any_crosses_leases_and_says_so(tmp_path):
@@ -172,3 +174,96 @@ def test_fits_say_how_many_leases_their_models_span(tmp_path):
     )
     assert fits["leases"].to_list() == [2, 2]
     assert fits["note"].str.contains("span 2 machine leases").all()
+
+
+# ---- the marks and the conditions section ---------------------------------------------------------------------------
+def mixed_study() -> list[dict]:
+    """simplecnn paired within lease A; resnet18's CPU in lease A and GPU in lease B; resnet50 with no lease recorded.
+    Every record of lease A carries sentinels, one drifted."""
+    make = records.make
+    before = records.sentinel({"pipeline_one_process": 2000.0, "cpu_training": 5e10})
+    after = records.sentinel({"pipeline_one_process": 1500.0, "cpu_training": 5e10})
+    steady = records.sentinel({"pipeline_one_process": 2200.0, "cpu_training": 5e10})
+    cpu = records.in_lease(make("simplecnn", "cpu", [12.0, 12.0]), A, before, after, drifted=True)
+    return [
+        cpu,
+        records.in_lease(make("simplecnn", "cuda", [6.0, 6.0]), A, steady, steady, drifted=False),
+        records.in_lease(make("resnet18", "cpu", [45.0, 45.0]), A, steady, steady, drifted=False),
+        make("resnet18", "cuda", [4.5, 4.5], lease=B),
+        make("resnet50", "cpu", [500.0, 500.0]),
+        make("resnet50", "cuda", [12.5, 12.5]),
+    ]
+
+
+def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_path):
+    from gpuscale import charts, docs
+
+    tables = run(tmp_path, mixed_study(), pairing="any")
+    assert dict(zip(tables["speedup"]["model"], tables["speedup"]["pairing"], strict=True)) == {
+        "simplecnn": "same-lease",
+        "resnet18": "cross-lease",
+        "resnet50": "unknown",
+    }
+    key = report.key_results(tables)
+    marks = {c["model"]: (c["value"], c["mark"]) for c in key["sources"][0]["variants"][0]["chips"]}
+    assert marks == {"simplecnn": ("2.0×", ""), "resnet18": ("10.0×", "†"), "resnet50": ("40.0×", "‡")}
+    assert [m[0] for m in key["marks"]] == ["†", "‡"] and "crosses machine leases" in key["marks"][0]
+    assert "this host: 2 machine leases (aaaaaaaa…, bbbbbbbb…), 2 record(s) without one" in key["conditions"]
+    assert "1 figure(s) cross leases †" in key["conditions"] and "1 record(s) drifted" in key["conditions"]
+    head = report.headline(tables["speedup"], 0.02)
+    cells = {r["model"]: r["cells"][1]["mark"] for r in head["rows"]}
+    assert cells == {"simplecnn": "", "resnet18": "†", "resnet50": "‡"} and len(head["marks"]) == 2
+    assert any("paired across leases" in n for r in head["rows"] for n in r["notes"])
+    flops = charts.spec(charts.build(aggregate.read_tables(tmp_path / "tables"), 0.02)["speedup_vs_flops"])
+    assert any("ringed †" in line for line in flops["title"]["subtitle"])
+    rings = [layer for layer in flops["layer"] if (layer.get("mark") or {}).get("size") == charts.CROSSING_RING]
+    assert len(rings) == 1
+    readme = docs.readme_headline(aggregate.read_tables(tmp_path / "tables"))
+    assert "**10.0×**†" in readme and "**40.0×**‡" in readme and "**2.0×** " in readme
+    assert "† crosses machine leases" in readme.splitlines()[-1]
+
+
+def test_same_lease_mode_lists_the_crossing_model_as_missing_on_every_page(tmp_path):
+    tables = run(tmp_path, mixed_study())
+    key = report.key_results(tables)
+    chip = next(c for c in key["sources"][0]["variants"][0]["chips"] if c["model"] == "resnet18")
+    assert (chip["value"], chip["mark"], chip["detail"]) == ("—", "", "no same-lease pair")
+    assert key["marks"] == [words.PAIRING_KEY["unknown"]]  # nothing crosses: only resnet50's unknown lease
+    head = report.headline(tables["speedup"], 0.02)
+    notes = next(r["notes"] for r in head["rows"] if r["model"] == "resnet18")
+    assert any("no same-lease pair; report.pairing: any pairs them" in n for n in notes)
+    section = report.conditions_section(tables)
+    assert "1 model(s) without a same-lease pair (no speedup)" in section["summary"][0]
+    assert any(line.startswith("this host, paper, resnet18: CPU in lease aaaaaaaa…") for line in section["crossing"])
+
+
+def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spreads(tmp_path):
+    tables = run(tmp_path, mixed_study())
+    section = report.conditions_section(tables)
+    sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
+    # lease A's before-sentinels of pipeline_one_process: 2000, 2200, 2200 -> median 2,200, (2200 − 2000) / 2200
+    assert ["this host", "input pipeline, one process", "aaaaaaaa…", "3", "2,200 images/s", "9.1%", "1.0%"] in sentinels
+    (drift,) = section["drifted"]
+    assert drift == (
+        "this host: simplecnn on CPU (paper, seed 0) in lease aaaaaaaa…: input pipeline, one process ×0.75, "
+        "CPU training arithmetic ×1.00"
+    )
+    leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
+    assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]
+    assert "spread: lease to lease" in section["spreads"]["header"]
+
+
+def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
+    from conftest import REPO
+
+    from gpuscale import charts, params
+
+    paths = [records.write(tmp_path / "runs", rec) for rec in mixed_study()]
+    aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02, pairing="any")
+    charts.run(tmp_path / "tables", tmp_path / "charts", 0.02)
+    config = params.load([REPO / "params.yaml"])
+    out = report.run(tmp_path / "tables", tmp_path / "charts", tmp_path / "index.html", config, [])
+    html = out.read_text()
+    assert '<section id="conditions">' in html and "Measurement conditions" in html
+    assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
+    assert "2,200 images/s" in html and "Machine state: this host: 2 machine leases" in html

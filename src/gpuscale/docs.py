@@ -124,13 +124,16 @@ def params_reference(schema_path: Path = SCHEMA, params_path: Path = PARAMS) -> 
 
 # ---- the README's headline -----------------------------------------------------------------------------------------
 def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
-    """The reference study's key results and speedup table in Markdown, from its tables alone."""
+    """The reference study's key results and speedup table in Markdown, from its tables alone; a figure whose CPU and
+    GPU crossed machine leases carries †, one whose lease was not recorded ‡ (the key is in the last line)."""
     from gpuscale import report
 
     key = report.key_results(tables)
     head = report.headline(tables["speedup"], tolerance)
+    state = f" {key['conditions']}" if key.get("conditions") else ""
     lines = [
-        f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records). {key['definition']}",
+        f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records).{state} "
+        f"{key['definition']}",
         "",
     ]
     for source in key["sources"]:
@@ -145,15 +148,17 @@ def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
         for cell in row["cells"]:
             detail = [line for line in cell["lines"] if "·" not in line and "accuracy" not in line]
             text = f"**{cell['value']}**" if cell["value"] not in ("not run", "not reported", "—") else cell["value"]
-            cells.append(" ".join([text, *detail]).replace("|", "/"))
+            cells.append(" ".join([text + cell.get("mark", ""), *detail]).replace("|", "/"))
         lines.append(f"| {row['model']} | {row['parameters']} | {row['flops']} | " + " | ".join(cells) + " |")
     notes = [f"- {row['model']}: {note}." for row in head["rows"] for note in row["notes"]]
     if notes:
         lines += ["", *notes]
+    marks = "".join(f" {mark}." for mark in head["marks"])
     lines += [
         "",
-        "Brackets: 95% bootstrap interval over seeds; steady: the first epoch (compilation, warm-up) left out; "
-        "sampled*: the time extrapolated from a few timed steps per epoch (checked on full runs in the report).",
+        "Brackets (where a figure was repeated): an interval holding the spread between epochs, rounds and machine "
+        "leases and the 95% bootstrap over seeds; steady: the first epoch (compilation, warm-up) left out; sampled*: "
+        f"the time extrapolated from a few timed steps per epoch (checked on full runs in the report).{marks}",
     ]
     return "\n".join(lines) + "\n"
 
