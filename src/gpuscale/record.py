@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuscale import fsutil
+from gpuscale import conditions, fsutil
 
 DATA_FILES = ("schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
 SCHEMA_VERSION = 4
@@ -219,7 +219,7 @@ def measured(
     conditions: dict,
 ) -> dict:
     """The record of a measured run; `segments` are the processes that timed its epochs (resume); `conditions` the
-    lease and the sentinels around the job (gpuscale.sentinel.conditions)."""
+    lease and the sentinels around the job (gpuscale.conditions.conditions)."""
     return {
         **base,
         "status": "measured",
@@ -324,15 +324,18 @@ def upgrade(record: dict) -> dict:
     (None) or their neutral value; schema_version is kept as written.
 
     3 -> 4 added conditions (the lease and the sentinels; an older record's lease is its environment.boot_id where
-    it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round).
+    it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round). A record's
+    `drifted` and `drift` are derived from its two sentinels, so they are judged again here by the components and
+    rule of gpuscale.conditions (the first sentinel had components since dropped).
     2 -> 3 added step marks, process.segments and distributed (a single process: None).
     1 -> 2 added the phase profile, energy, variant details and sampled epochs (never sampled: False).
     """
     record = {**record, "epochs": [dict(e) for e in record["epochs"]]}
-    record.setdefault(
-        "conditions",
-        {"lease": lease_of(record.get("environment")), "before": None, "after": None, "drifted": None, "drift": {}},
-    )
+    if record.get("conditions"):  # drift is derived: judged again by today's components and rule
+        state = record["conditions"]
+        record["conditions"] = conditions.conditions(state["lease"], state["before"], state["after"])
+    else:
+        record["conditions"] = conditions.conditions(lease_of(record.get("environment")), None, None)
     for name in ("phase_profile", "energy", "variant", "distributed"):
         record.setdefault(name, None)
     for epoch in record["epochs"]:

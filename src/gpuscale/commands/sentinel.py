@@ -29,7 +29,7 @@ def run(args) -> int:
 
     import torch
 
-    from gpuscale import envinfo, fsutil, sentinel, timinglock
+    from gpuscale import conditions, envinfo, fsutil, sentinel, timinglock
     from gpuscale import train as train_mod
     from gpuscale.commands import load_typed
 
@@ -43,7 +43,7 @@ def run(args) -> int:
     with timinglock.hold():  # it times the machine: never beside a timing job
         doc = sentinel.measure(config.train, device)
     doc["lease"] = envinfo.boot_id() or "unknown"
-    print(sentinel.table(doc))
+    print(conditions.table(doc))
     print(f"lease (boot id): {doc['lease']}")
     if args.out:
         fsutil.write_json(args.out, doc)
