@@ -188,3 +188,20 @@ def test_round_numbers_are_checked_before_any_work(tmp_path):
     )
     assert done.returncode == 2 and "--round: 0 is out of range" in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_one_run_per_key_and_lease_a_repeat_in_another_lease_is_kept(tmp_path):
+    from gpuscale import aggregate
+
+    recs = sorted((REPO / "reference/h200-2026-12-04/leases").glob("*/runs/simplecnn/cpu/paper-seed0.json"))
+    assert len(recs) == 2  # taken in two leases, under one key
+    loaded, _ = aggregate.load_all({"study": recs})
+    assert len(loaded) == 2
+    for path, (_, _, rec) in zip(recs, loaded, strict=True):  # leases/<boot id's first 8>/runs/...
+        assert rec["conditions"]["lease"].startswith(
+            path.relative_to(REPO / "reference/h200-2026-12-04/leases").parts[0]
+        )
+    copy = tmp_path / "copy.json"
+    copy.write_text(recs[0].read_text())
+    with pytest.raises(aggregate.AggregateError, match="two records for study/"):
+        aggregate.load_all({"study": [recs[0], copy]})

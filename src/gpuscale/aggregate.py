@@ -61,7 +61,8 @@ def load_all(sources: dict[str, list[Path]], skip_bad: bool = False) -> tuple[li
                     raise AggregateError(f"{err} (fix or remove it, or set report.skip_bad_records: true)") from None
                 skipped.append({"path": str(path), "reason": str(err)})
                 continue
-            key = (source, *record.key(rec))
+            # one run per key and lease: the same run taken again in another lease of the machine is a repeat
+            key = (source, rec["conditions"]["lease"], *record.key(rec))
             if key in seen:
                 raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
             seen[key] = path
