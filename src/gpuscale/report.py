@@ -434,6 +434,11 @@ def key_results(tables: dict, pred: dict | None = None) -> dict:
                 "variants": variants,
                 "findings": findings,
                 "sampled": not sampled.is_empty(),
+                "conditions": _conditions_words(
+                    _source_conditions(source, runs, speedup, tables["conditions"]), True, False
+                )
+                if "conditions" in tables
+                else "",
             }
         )
     marks = words.pairing_keys(speedup.filter(pl.col("speedup").is_not_null())["pairing"].drop_nulls().to_list())
@@ -933,20 +938,21 @@ def _source_conditions(source: str, runs: pl.DataFrame, speedup: pl.DataFrame, c
     }
 
 
-def _conditions_words(c: dict) -> str:
-    """'h200: 2 machine leases (ab12…, cd34…); 1 record drifted; 2 figures cross leases †'."""
-    name = words.source_short(c["source"])
+def _conditions_words(c: dict, brief: bool = False, named: bool = True) -> str:
+    """'h200: 2 machine leases (ab12…, cd34…); 1 record(s) drifted; 2 figure(s) cross leases †' (brief: no ids;
+    not named: without the source)."""
+    name = words.source_short(c["source"]) if named else ""
     if not c["leases"]:
-        text = f"{name}: lease not recorded in its {c['records']} records (made before schema 4)"
+        text = f"{name}: {c['records']} records without a lease (made before schema 4)"
     else:
         text = f"{name}: {len(c['leases'])} machine lease{'s' if len(c['leases']) > 1 else ''}"
-        text += f" ({', '.join(map(_lease_short, c['leases']))})"
+        text += "" if brief else f" ({', '.join(map(_lease_short, c['leases']))})"
         if c["unknown"]:
             text += f", {c['unknown']} record(s) without one"
     if c["without_sentinel"] and c["leases"]:
         text += f"; {c['without_sentinel']} record(s) without a sentinel"
     elif c["without_sentinel"]:
-        text += ", no sentinel"
+        text = text.replace("without a lease", "without a lease or sentinel")
     if c["rounds"] > 1:
         text += f"; {c['rounds']} rounds"
     if c["drifted"]:
@@ -955,7 +961,7 @@ def _conditions_words(c: dict) -> str:
         text += f"; {c['crossing']} figure(s) cross leases †"
     if c["unpaired"]:
         text += f"; {c['unpaired']} model(s) without a same-lease pair (no speedup)"
-    return text
+    return text if named else text.removeprefix(": ")
 
 
 def conditions_line(tables: dict) -> str | None:
@@ -966,8 +972,8 @@ def conditions_line(tables: dict) -> str | None:
     sources = sorted(
         runs.filter(pl.col("status") == "measured")["source"].unique().to_list(), key=lambda s: (s != LOCAL_SOURCE, s)
     )
-    parts = [_conditions_words(_source_conditions(s, runs, speedup, tables["conditions"])) for s in sources]
-    return "Machine state: " + "; ".join(parts) + "." if parts else None
+    parts = [_conditions_words(_source_conditions(s, runs, speedup, tables["conditions"]), True) for s in sources]
+    return "Machine state: " + "; ".join(parts) if parts else None
 
 
 def _drift_text(r: dict, conditions: pl.DataFrame) -> str:

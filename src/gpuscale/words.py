@@ -367,7 +367,7 @@ def variant_key(styles: dict[str, tuple[list[int], str]]) -> str:
 PAIRING_MARKS = {"cross-lease": "†", "unknown": "‡"}
 PAIRING_KEY = {
     "cross-lease": "† crosses machine leases: CPU and GPU timed in different leases (report.pairing: any)",
-    "unknown": "‡ lease not recorded (records made before schema 4): whether CPU and GPU shared a lease is unknown",
+    "unknown": "‡ lease not recorded",
 }
 PAIRING_WORDS = {
     "same-lease": "within one machine lease",
