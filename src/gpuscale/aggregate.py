@@ -48,26 +48,49 @@ def find_records(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).rglob("*.json") if not p.name.startswith("."))
 
 
-def load_all(sources: dict[str, list[Path]], skip_bad: bool = False) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
-    """(source, path, record) for every listed record; bad ones raise, or are listed as skipped when asked."""
+def load_all(
+    sources: dict[str, list[Path]], skip_bad: bool = False, lenient: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
+    """(source, path, record) for every listed record, and the skipped ones. A record is data from outside: it must
+    read (gpuscale.record.load: schema, finite figures), lie where its key says and not repeat a run of its lease;
+    one source's runs of one key come from one host. A bad record in a `lenient` source (a reference folder) is
+    skipped and listed (the report shows it); in the study's own records it stops the stage unless skip_bad."""
     loaded, skipped = [], []
     seen: dict[tuple, Path] = {}
+    hosts: dict[tuple, tuple[str, Path]] = {}
     for source, paths in sources.items():
         for path in paths:
             try:
                 rec = record.load(path)
-            except record.RecordError as err:
-                if not skip_bad:
+                _check_identity(source, path, rec, seen, hosts)
+            except (record.RecordError, AggregateError) as err:
+                if not (skip_bad or source in lenient):
                     raise AggregateError(f"{err} (fix or remove it, or set report.skip_bad_records: true)") from None
-                skipped.append({"path": str(path), "reason": str(err)})
+                log.warning("skipped a bad record of %s: %s", source, err)
+                skipped.append({"source": source, "path": str(path), "reason": str(err)})
                 continue
-            # one run per key and lease: the same run taken again in another lease of the machine is a repeat
-            key = (source, rec["conditions"]["lease"], *record.key(rec))
-            if key in seen:
-                raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
-            seen[key] = path
             loaded.append((source, path, rec))
     return loaded, skipped
+
+
+def _check_identity(source: str, path: Path, rec: dict, seen: dict, hosts: dict) -> None:
+    """Raise (one line naming the file) when the record lies elsewhere than its key says, repeats a run already
+    read (one run per key and lease: the same run taken again in another lease is a repeat and kept), or was
+    measured on another host than the same key's other records of this source."""
+    wrong_place = record.misplaced(path, rec)
+    if wrong_place:
+        raise AggregateError(wrong_place)
+    key = (source, rec["conditions"]["lease"], *record.key(rec))
+    if key in seen:
+        raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
+    fingerprint = rec["environment"].get("host_fingerprint")
+    first = hosts.setdefault((source, *record.key(rec)), (fingerprint, path))
+    if fingerprint != first[0]:
+        raise AggregateError(
+            f"{path}: measured on another host than {first[1]} (fingerprints {str(fingerprint)[:12]} and "
+            f"{str(first[0])[:12]}); one source is one host: put one of them in its own reference folder"
+        )
+    seen[key] = path
 
 
 def host_label(rec: dict) -> str:
@@ -88,7 +111,6 @@ def runs_frame(loaded) -> pl.DataFrame:
                 **flat_key(rec),
                 "status": rec["status"],
                 "not_measured_reason": rec["not_measured_reason"],
-                "lease": rec["conditions"]["lease"],
                 "drifted": rec["conditions"]["drifted"],
                 "label": rec["label"],
                 "host": host_label(rec),
@@ -167,11 +189,13 @@ def compile_cache_columns(rec: dict) -> dict:
 
 
 def flat_key(rec: dict) -> dict:
-    """The record's key as columns; a sweep becomes sweep_parameter / sweep_value (null on study runs)."""
+    """The record's key as columns, with its round (1 where it has none) and lease; a sweep becomes sweep_parameter /
+    sweep_value (null on study runs)."""
     sweep = rec["key"].get("sweep") or {}
     return {
         **{k: v for k, v in rec["key"].items() if k != "sweep"},
         "round": rec["key"].get("round", 1),
+        "lease": rec["conditions"]["lease"],
         "sweep_parameter": sweep.get("parameter"),
         "sweep_value": sweep.get("value"),
     }
@@ -268,7 +292,6 @@ def conditions_frame(loaded) -> pl.DataFrame:
         {
             "source": source,
             **flat_key(rec),
-            "lease": rec["conditions"]["lease"],
             "when": when,
             "component": name,
             **{k: component.get(k) for k in ("value", "unit", "faster", "spread")},
@@ -812,7 +835,7 @@ def run(
             raise AggregateError(f"report.reference: {folder} is not a folder (list folders under reference/)")
         # A reference folder is one host's measurements: never paired with this host's runs.
         sources[f"reference: {Path(folder).name}"] = find_records(Path(folder))
-    loaded, skipped = load_all(sources, skip_bad=skip_bad)
+    loaded, skipped = load_all(sources, skip_bad=skip_bad, lenient=tuple(s for s in sources if s != LOCAL_SOURCE))
     runs = runs_frame(loaded)
     epochs = epochs_frame(loaded)
     speedup = speedup_frame(runs, tolerance, pairing)
