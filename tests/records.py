@@ -129,7 +129,11 @@ def make(
 
 def sentinel(values: dict[str, float], device: str = "cpu", spread: float = 0.01) -> dict:
     """A hand-made sentinel (gpuscale.sentinel's shape) with the given component values."""
-    units = {"gpu_launch": ("s/op", "lower"), "gpu_matmul": ("FLOP/s", "higher")}
+    units = {
+        "gpu_launch": ("s/op", "lower"),
+        "memory_bandwidth": ("bytes/s", "higher"),
+        "cpu_training": ("FLOP/s", "higher"),
+    }
     return {
         "device": device,
         "threads": 8,

@@ -65,6 +65,19 @@ def test_every_spread_on_its_own_and_the_interval_that_holds_them(tmp_path):
     )
 
 
+def test_the_same_run_repeated_in_another_lease_is_a_second_run_paired_in_its_own_lease(tmp_path):
+    make = records.make
+    paths = [
+        records.write(tmp_path / lease[:8] / "runs", make("resnet18", device, [seconds] * 2, lease=lease))
+        for lease, device, seconds in ((A, "cpu", 40.0), (A, "cuda", 4.0), (B, "cpu", 30.0), (B, "cuda", 5.0))
+    ]
+    out = aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02)
+    assert out["runs"].select("device", "lease").rows() == [("cpu", A), ("cpu", B), ("cuda", A), ("cuda", B)]
+    row = out["speedup"].row(0, named=True)
+    assert row["leases"] == 2 and row["speedup"] == pytest.approx(math.sqrt(10.0 * 6.0))
+    assert row["lease_spread"] == pytest.approx(math.log(10.0 / 6.0) / math.sqrt(2))
+
+
 def test_the_combined_interval_on_hand_made_numbers():
     low, high = analysis.combined_interval(10.0, (0.3, None, 0.4))  # √(0.3² + 0.4²) = 0.5
     assert (low, high) == pytest.approx((10.0 * math.exp(-Z * 0.5), 10.0 * math.exp(Z * 0.5)))
@@ -181,9 +194,9 @@ def mixed_study() -> list[dict]:
     """simplecnn paired within lease A; resnet18's CPU in lease A and GPU in lease B; resnet50 with no lease recorded.
     Every record of lease A carries sentinels, one drifted."""
     make = records.make
-    before = records.sentinel({"pipeline_one_process": 2000.0, "cpu_training": 5e10})
-    after = records.sentinel({"pipeline_one_process": 1500.0, "cpu_training": 5e10})
-    steady = records.sentinel({"pipeline_one_process": 2200.0, "cpu_training": 5e10})
+    before = records.sentinel({"pipeline_one_process": 2000.0, "memory_bandwidth": 2e10, "cpu_training": 5e10})
+    after = records.sentinel({"pipeline_one_process": 1500.0, "memory_bandwidth": 2.2e10, "cpu_training": 4e10})
+    steady = records.sentinel({"pipeline_one_process": 2200.0, "memory_bandwidth": 2e10, "cpu_training": 5e10})
     cpu = records.in_lease(make("simplecnn", "cpu", [12.0, 12.0]), A, before, after, drifted=True)
     return [
         cpu,
@@ -241,12 +254,17 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     tables = run(tmp_path, mixed_study())
     section = report.conditions_section(tables)
     sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
-    # lease A's before-sentinels of pipeline_one_process: 2000, 2200, 2200 -> median 2,200, (2200 − 2000) / 2200
-    assert ["this host", "input pipeline, one process", "aaaaaaaa…", "3", "2,200 images/s", "9.1%", "1.0%"] in sentinels
+    # per device: the CPU jobs' before-sentinels of lease A (2000 and 2200: median 2,100, (2200 − 2000) / 2100
+    # between them), the GPU job's apart
+    cpu = ["this host", "input pipeline, one process", "CPU", "aaaaaaaa…", "2", "2,100 images/s", "9.5%", "1.0%"]
+    gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
+    assert cpu in sentinels and gpu in sentinels
+    assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
     (drift,) = section["drifted"]
+    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness
     assert drift == (
         "this host: simplecnn on CPU (paper, seed 0) in lease aaaaaaaa…: input pipeline, one process ×0.75, "
-        "CPU training arithmetic ×1.00"
+        "memory bandwidth, one core ×1.10"
     )
     leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
     assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]

@@ -130,7 +130,7 @@ def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
 
     key = report.key_results(tables)
     head = report.headline(tables["speedup"], tolerance)
-    state = f" {key['conditions']}" if key.get("conditions") else ""
+    state = f" {key['conditions']}." if key.get("conditions") else ""
     lines = [
         f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records).{state} "
         f"{key['definition']}",

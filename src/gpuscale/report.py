@@ -20,6 +20,7 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
+from gpuscale import conditions as machine
 from gpuscale import costmodel, fsutil, paper, predict, words
 from gpuscale.predict import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict import WORST_TARGET_PERCENT as WORST_TARGET
@@ -110,7 +111,7 @@ def _cell(column: str, value) -> str:
     if column == "lease":
         return _lease_short(value)
     if column == "component":
-        return words.sentinel_component(value)
+        return words.sentinel_component(value) + (" (dropped)" if value in machine.DROPPED else "")
     if column in ("between_records", "own_spread"):  # (max − min) / median, as the sentinel gives its own
         return words.percent(value, 1)
     if column.endswith("_spread"):  # a log sd
@@ -977,29 +978,18 @@ def conditions_line(tables: dict) -> str | None:
 
 
 def _drift_text(r: dict, conditions: pl.DataFrame) -> str:
-    """One drifted record and the components that moved most (after / before as a speed ratio, >1 faster)."""
-    mine = conditions.filter(
-        (pl.col("source") == r["source"])
-        & (pl.col("model") == r["model"])
-        & (pl.col("device") == r["device"])
-        & (pl.col("variant") == r["variant"])
-        & (pl.col("seed") == r["seed"])
-        & (pl.col("round") == r["round"])
-        & pl.col("sweep_parameter").eq_missing(r["sweep_parameter"])
-        & pl.col("sweep_value").eq_missing(r["sweep_value"])
-    )
-    values = {(c["when"], c["component"]): c for c in mine.iter_rows(named=True)}
-    moved = []
-    for (when, name), after in values.items():
-        before = values.get(("before", name))
-        if when != "after" or not before or not before["value"] or not after["value"]:
-            continue
-        ratio = after["value"] / before["value"]
-        moved.append((ratio if after["faster"] != "lower" else 1 / ratio, name))
-    moved.sort(key=lambda m: -abs(math.log(m[0])))
+    """One drifted record and the components that moved most (after / before as a speed ratio, >1 faster), judged
+    as gpuscale.conditions judges them (components since dropped from the sentinel left out)."""
+    mine = conditions.filter(*(pl.col(k).eq_missing(r[k]) for k in KEY_COLUMNS))
+    sentinels = {
+        when: {"components": {c["component"]: c for c in frame.iter_rows(named=True)}}
+        for (when,), frame in mine.group_by(["when"])
+    }
+    _, ratios = machine.drift(sentinels.get("before"), sentinels.get("after"))
+    moved = sorted(ratios.items(), key=lambda kv: -abs(math.log(kv[1])))
     where = f"{r['model']} on {words.device(r['device'])} ({r['variant']}, seed {r['seed']}"
     where += f", round {r['round']})" if r["round"] > 1 else ")"
-    listed = ", ".join(f"{words.sentinel_component(n)} ×{ratio:.2f}" for ratio, n in moved[:3])
+    listed = ", ".join(f"{words.sentinel_component(name)} ×{ratio:.2f}" for name, ratio in moved[:3])
     return f"{words.source_short(r['source'])}: {where} in lease {_lease_short(r['lease'])}" + (
         f": {listed}" if listed else ""
     )
@@ -1010,7 +1000,7 @@ def lease_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
     measured = runs.filter(pl.col("status") == "measured")
     if measured.is_empty():
         return None
-    sentinels = conditions.select("source", "lease", *KEY_COLUMNS[1:]).unique().group_by("source", "lease").len("n")
+    sentinels = conditions.select(KEY_COLUMNS).unique().group_by("source", "lease").len("n")
     frame = (
         measured.group_by("source", "lease")
         .agg(
@@ -1029,13 +1019,13 @@ def lease_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
 
 
 def sentinel_table(conditions: pl.DataFrame) -> dict | None:
-    """Each lease's sentinel figures: per component, the median over its records' before-sentinels, the spread
-    between those records and the sentinel's own spread over its repeats."""
+    """Each lease's sentinel figures: per component and device, the median over its records' before-sentinels, the
+    spread between those records and the sentinel's own spread over its repeats."""
     before = conditions.filter(pl.col("when") == "before")
     if before.is_empty():
         return None
     frame = (
-        before.group_by("source", "lease", "component")
+        before.group_by("source", "lease", "device", "component")
         .agg(
             pl.len().alias("records"),
             pl.col("unit").first(),
@@ -1043,17 +1033,18 @@ def sentinel_table(conditions: pl.DataFrame) -> dict | None:
             ((pl.col("value").max() - pl.col("value").min()) / pl.col("value").median()).alias("between_records"),
             pl.col("spread").median().alias("own_spread"),
         )
-        .sort("source", "component", "lease")
+        .sort("source", "component", "device", "lease")
     )
     frame = frame.with_columns(
-        pl.struct("unit", "median")
-        .map_elements(lambda r: words.sentinel_value(r["unit"], r["median"]), return_dtype=pl.String)
+        pl.struct("component", "median")
+        .map_elements(lambda r: machine.format_value(r["component"], r["median"]), return_dtype=pl.String)
         .alias("sentinel_value")
     )
-    columns = ["source", "component", "lease", "records", "sentinel_value", "between_records", "own_spread"]
+    columns = ["source", "component", "device", "lease", "records", "sentinel_value", "between_records", "own_spread"]
     return table(
         "sentinels",
-        "Each lease's sentinel, taken before every job: a witness of the machine state, never a correction.",
+        "Each lease's sentinel, taken before every job (per device: a job's threads and loader workers): a witness of "
+        "the machine state, never a correction. A component dropped from the sentinel is shown as recorded.",
         frame.select(columns),
     )
 

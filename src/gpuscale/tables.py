@@ -29,6 +29,8 @@ KEY_SCHEMA = {
     "variant": pl.String,
     "seed": pl.Int64,
     "round": pl.Int64,  # the study's round (study.rounds: the same run repeated); 1 where the record has none
+    "lease": pl.String,  # the machine lease (boot id) it ran in, 'unknown' without one: a repeat in another lease is
+    # another run (gpuscale.aggregate.load_all)
     "sweep_parameter": pl.String,
     "sweep_value": pl.Int64,
 }
@@ -56,7 +58,6 @@ RUN_SCHEMA = {
     **KEY_SCHEMA,
     "status": pl.String,
     "not_measured_reason": pl.String,
-    "lease": pl.String,  # the machine lease (boot id) it ran in; 'unknown' in records without one
     "drifted": pl.Boolean,  # the after-sentinel moved beyond its noise; null without both sentinels
     "label": pl.String,
     "host": pl.String,
@@ -184,7 +185,6 @@ FITS_SCHEMA = {
 # One row per record, sentinel (before / after the job) and component: the machine state the run was measured in.
 CONDITIONS_SCHEMA = {
     **KEY_SCHEMA,
-    "lease": pl.String,
     "when": pl.String,  # before or after
     "component": pl.String,  # a gpuscale.sentinel component
     "value": pl.Float64,  # in base units (images/s, FLOP/s, bytes/s, s/op)

@@ -401,21 +401,6 @@ def sentinel_component(name: str) -> str:
     return SENTINEL_COMPONENTS.get(name, name.replace("_", " "))
 
 
-def sentinel_value(unit: str | None, value: float | None) -> str:
-    """A sentinel figure in its unit: 2,140 images/s, 1.23 TFLOP/s, 54.6 GB/s, 6.1 µs/op."""
-    if value is None:
-        return "—"
-    if unit == "images/s":
-        return f"{value:,.0f} images/s"
-    if unit == "FLOP/s":
-        return f"{value / 1e12:.2f} TFLOP/s" if value >= 1e12 else f"{value / 1e9:.1f} GFLOP/s"
-    if unit == "bytes/s":
-        return f"{value / 1e9:.1f} GB/s"
-    if unit == "s/op":
-        return f"{value * 1e6:.1f} µs/op"
-    return f"{value:.4g} {unit or ''}".strip()
-
-
 def spread(log_sd: float | None) -> str:
     """A spread on the log scale as the factor it moves a figure by, one sd: 0.095 -> '±10%'."""
     if log_sd is None:
