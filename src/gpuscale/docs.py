@@ -5,7 +5,7 @@
   (params.yaml) and description.
 
 Each block sits between `<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->`; tests check that the
-files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-02`,
+files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-04`,
 or one of them with `python -m gpuscale.docs params` / `python -m gpuscale.docs readme TABLES_DIR`.
 """
 
@@ -22,7 +22,7 @@ SCHEMA = ROOT / "workflow" / "schemas" / "params.schema.yaml"
 PARAMS = ROOT / "params.yaml"
 README = ROOT / "README.md"
 PARAMS_DOC = ROOT / "docs" / "params.md"
-REFERENCE = "reference/h200-2026-12-02"
+REFERENCE = "reference/h200-2026-12-04"
 
 
 def block(name: str, text: str) -> str | None:
