@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Rebuild everything generated from a reference study's records (no training, no local records), in one command:
-#   benchmarks/reference_report.sh reference/h200-2026-12-02
+#   benchmarks/reference_report.sh reference/h200-2026-12-04
 # - reference/NAME/report.html (from the records in reference/NAME alone, with the cost model's validation on them)
-# - for the README's study (reference/h200-2026-12-02): docs/h200-study-*.png and README.md's headline block
+# - for the README's study (reference/h200-2026-12-04): docs/h200-study-*.png and README.md's headline block
 # - docs/params.md's generated reference (from the params schema)
 # Any number of models: nothing here lists them.
 set -euo pipefail
 DIR=${1%/}
-README_STUDY=reference/h200-2026-12-02
+README_STUDY=reference/h200-2026-12-04
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 P=(--params params.yaml --params "$DIR/report.yaml")

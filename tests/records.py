@@ -33,7 +33,11 @@ def make(
     synthetic: bool = False,
     label: str = "hand-written test record",
     status: str = "measured",
+    lease: str | None = None,
+    round_: int = 1,
 ) -> dict:
+    """A record; `lease` sets its boot id and conditions (without one, a record read as made before schema 4:
+    lease unknown), `round_` its round of the study."""
     images = 1000
     epochs = (
         [
@@ -59,7 +63,7 @@ def make(
     total = sum(epoch_seconds)
     steady = epoch_seconds[1:]
     gpu = {"index": 0, "name": "Test GPU", "driver_version": "1.0"} if device != "cpu" else None
-    return {
+    rec = {
         "schema_version": record.SCHEMA_VERSION,
         "kind": record.KIND,
         "status": status,
@@ -118,12 +122,49 @@ def make(
         "finished_at": finished,
         "process": {"pid": 1, "argv": ["test"], "resumed": False},
     }
+    if round_ != 1:
+        rec["key"]["round"] = round_
+    return in_lease(rec, lease) if lease is not None else rec
+
+
+def sentinel(values: dict[str, float], device: str = "cpu", spread: float = 0.01) -> dict:
+    """A hand-made sentinel (gpuscale.sentinel's shape) with the given component values."""
+    units = {
+        "gpu_launch": ("s/op", "lower"),
+        "memory_bandwidth": ("bytes/s", "higher"),
+        "cpu_training": ("FLOP/s", "higher"),
+    }
+    return {
+        "device": device,
+        "threads": 8,
+        "loader_workers": 2,
+        "taken_at": "2026-01-01T00:00:00+00:00",
+        "seconds": 2.0,
+        "components": {
+            name: {
+                "value": value,
+                "unit": units.get(name, ("images/s", "higher"))[0],
+                "faster": units.get(name, ("images/s", "higher"))[1],
+                "spread": spread,
+                "repeats": 3,
+            }
+            for name, value in values.items()
+        },
+    }
+
+
+def in_lease(rec: dict, lease: str, before: dict | None = None, after: dict | None = None, drifted=None) -> dict:
+    """The record measured in `lease` (its boot id), with the sentinels given."""
+    rec["environment"]["boot_id"] = lease
+    rec["conditions"] = {"lease": lease, "before": before, "after": after, "drifted": drifted, "drift": {}}
+    return rec
 
 
 def write(root: Path, rec: dict) -> Path:
     k = rec["key"]
     sweep = f"{k['sweep']['parameter']}{k['sweep']['value']}-" if k.get("sweep") else ""
-    path = Path(root) / k["model"] / k["device"] / f"{sweep}{k['variant']}-seed{k['seed']}.json"
+    name = f"{sweep}{k['variant']}-seed{k['seed']}{record.round_suffix(k.get('round', 1))}.json"
+    path = Path(root) / k["model"] / k["device"] / name
     path.parent.mkdir(parents=True, exist_ok=True)
     record.validate(rec, str(path))
     path.write_text(json.dumps(rec))

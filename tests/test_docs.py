@@ -9,7 +9,7 @@ from conftest import REPO
 
 from gpuscale import aggregate, docs
 
-HOW = "rebuild with: benchmarks/reference_report.sh reference/h200-2026-12-02"
+HOW = "rebuild with: benchmarks/reference_report.sh reference/h200-2026-12-04"
 
 
 def test_readme_headline_block_is_the_reference_study_as_its_records_say(tmp_path):

@@ -130,6 +130,8 @@ def test_report_without_charts_says_to_run_the_charts_stage(tmp_path, capsys):
 )
 @pytest.mark.parametrize("skip_bad", [False, True])
 def test_unreadable_records_are_one_line_or_skipped(content, skip_bad, tmp_path, capsys, monkeypatch):
+    """In the study's own results a bad record stops the stage in one line (unless skip_bad_records); in a reference
+    folder, data from elsewhere, it is skipped with a warning and listed (issue 28: records are data from outside)."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "reference" / "bad"
     folder.mkdir(parents=True)
@@ -139,10 +141,30 @@ def test_unreadable_records_are_one_line_or_skipped(content, skip_bad, tmp_path,
     )
     argv = ["aggregate", *PARAMS, "--params", str(overlay), "--reference-only"]
     argv += ["--out", str(tmp_path / "t"), "--metrics", str(tmp_path / "m.json")]
-    if not skip_bad:
-        fails(capsys, argv, "reference/bad/r.json: ", "run record")
-        assert not (tmp_path / "t").exists()
-        return
     assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "skipped a bad record of reference: bad: reference/bad/r.json" in capsys.readouterr().err
     notes = json.loads((tmp_path / "t" / "notes.json").read_text())
     assert [s["path"] for s in notes["skipped_records"]] == ["reference/bad/r.json"]
+    own = tmp_path / "results/runs/simplecnn/cpu/paper-seed0.json"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(content)
+    argv = [
+        "aggregate",
+        *PARAMS,
+        "--params",
+        str(overlay),
+        "--out",
+        str(tmp_path / "t2"),
+        "--metrics",
+        str(tmp_path / "m2.json"),
+    ]
+    if not skip_bad:
+        fails(capsys, argv, "results/runs/simplecnn/cpu/paper-seed0.json: ", "run record")
+        assert not (tmp_path / "t2").exists()
+        return
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    notes = json.loads((tmp_path / "t2" / "notes.json").read_text())
+    assert {s["path"] for s in notes["skipped_records"]} == {
+        "reference/bad/r.json",
+        "results/runs/simplecnn/cpu/paper-seed0.json",
+    }

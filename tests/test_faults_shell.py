@@ -14,7 +14,8 @@ UNQUOTED_OK = {
     "params.params_args",
     "threads",
     "params.only",
-}  # quoted where built (common.smk) / an integer / a flag the rule picks, never user text
+    "params.round_arg",
+}  # quoted where built (common.smk) / an integer / a flag the rule picks / " --round N" from a digits-only wildcard
 
 
 def shell_fields(text: str) -> list[str]:

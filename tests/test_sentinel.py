@@ -11,7 +11,7 @@ import torch
 from conftest import REPO, run
 from test_train import tiny_settings
 
-from gpuscale.contract import params, record
+from gpuscale.contract import conditions, params, record
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import sentinel, train
 
@@ -27,8 +27,8 @@ def fake(values: dict[str, float], spread: float = 0.01) -> dict:
         "components": {
             name: {
                 "value": v,
-                "unit": sentinel.COMPONENTS[name][0],
-                "faster": sentinel.COMPONENTS[name][1],
+                "unit": conditions.unit_of(name)[0],
+                "faster": conditions.unit_of(name)[1],
                 "spread": spread,
                 "repeats": 3,
             }
@@ -40,26 +40,36 @@ def fake(values: dict[str, float], spread: float = 0.01) -> dict:
 def test_drift_is_a_speed_ratio_judged_against_the_sentinels_own_noise():
     before = fake({"pipeline_workers": 1000.0, "gpu_launch": 10e-6})
     same = fake({"pipeline_workers": 1030.0, "gpu_launch": 10.2e-6})
-    drifted, ratios = sentinel.drift(before, same)
+    drifted, ratios = conditions.drift(before, same)
     assert drifted is False
     assert ratios["pipeline_workers"] == pytest.approx(1.03)
     assert ratios["gpu_launch"] == pytest.approx(10 / 10.2)  # lower is faster: inverted, >1 = faster
     slower = fake({"pipeline_workers": 800.0, "gpu_launch": 10e-6})
-    assert sentinel.drift(before, slower) == (True, {"pipeline_workers": pytest.approx(0.8), "gpu_launch": 1.0})
+    assert conditions.drift(before, slower) == (True, {"pipeline_workers": pytest.approx(0.8), "gpu_launch": 1.0})
     # the same 20% move inside a noisy sentinel's own spread (2 x 0.15 = 30%) is no drift
-    assert sentinel.drift(fake({"pipeline_workers": 1000.0}, 0.15), fake({"pipeline_workers": 800.0}, 0.15))[0] is False
+    assert (
+        conditions.drift(fake({"pipeline_workers": 1000.0}, 0.15), fake({"pipeline_workers": 800.0}, 0.15))[0] is False
+    )
     # a launch that got 1.5x slower (more seconds per op) drifted, and reads as a speed ratio below 1
-    drifted, ratios = sentinel.drift(before, fake({"pipeline_workers": 1000.0, "gpu_launch": 15e-6}))
+    drifted, ratios = conditions.drift(before, fake({"pipeline_workers": 1000.0, "gpu_launch": 15e-6}))
     assert drifted is True and ratios["gpu_launch"] == pytest.approx(2 / 3)
-    assert sentinel.drift(None, before) == (None, {})
+    assert conditions.drift(None, before) == (None, {})
 
 
 def test_conditions_name_the_lease_and_a_drifted_job_says_so():
-    before, after = fake({"cpu_training": 1e11}), fake({"cpu_training": 0.5e11})
-    cond = sentinel.conditions(None, before, after)
+    before, after = fake({"memory_bandwidth": 1e10}), fake({"memory_bandwidth": 0.5e10})
+    cond = conditions.conditions(None, before, after)
     assert cond["lease"] == "unknown" and cond["drifted"] is True
-    assert "cpu_training x0.50" in sentinel.drift_line(cond)
-    assert sentinel.drift_line(sentinel.conditions("b00t", before, before)) is None
+    assert "memory_bandwidth x0.50" in conditions.drift_line(cond)
+    assert conditions.drift_line(conditions.conditions("b00t", before, before)) is None
+
+
+def test_a_dropped_component_is_shown_but_no_witness_of_drift():
+    # cpu_training was measured by the first sentinel (the records of 2026-12-04) and dropped: it tracked nothing
+    before = fake({"cpu_training": 1e12, "memory_bandwidth": 1e10})
+    after = fake({"cpu_training": 0.4e12, "memory_bandwidth": 1e10})
+    assert conditions.drift(before, after) == (False, {"memory_bandwidth": 1.0})
+    assert "cpu_training" in conditions.table(before) and "TFLOP/s" in conditions.table(before)
 
 
 def test_sentinel_measures_the_host_in_seconds_on_fixed_inputs():
@@ -67,12 +77,12 @@ def test_sentinel_measures_the_host_in_seconds_on_fixed_inputs():
     config["train"]["loader"] = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
     torch.set_num_threads(1)
     doc = sentinel.measure(TrainSettings.from_dict(config["train"]), torch.device("cpu"))
-    assert set(doc["components"]) == set(sentinel.HOST_COMPONENTS)  # no GPU parts on a CPU
+    assert set(doc["components"]) == set(conditions.HOST_COMPONENTS)  # no GPU parts on a CPU
     for name, comp in doc["components"].items():
-        assert comp["value"] > 0 and comp["unit"] == sentinel.COMPONENTS[name][0], name
+        assert comp["value"] > 0 and comp["unit"] == conditions.COMPONENTS[name][0], name
         assert comp["spread"] >= 0 and comp["repeats"] >= sentinel.REPEATS
     assert doc["threads"] == 1 and doc["loader_workers"] == 0
-    table = sentinel.table(doc)
+    table = conditions.table(doc)
     assert "pipeline_one_process" in table and "images/s" in table and "GB/s" in table
 
 
@@ -84,8 +94,8 @@ def test_every_timed_run_carries_its_lease_and_sentinels(prepared, tmp_path):
     assert rec["schema_version"] == 4 and rec["key"]["round"] == 2
     assert record.key(rec) == ("simplecnn", "cpu", "paper", 0, "round", 2)
     assert cond["lease"] == (rec["environment"].get("boot_id") or "unknown")
-    assert set(cond["before"]["components"]) == set(cond["after"]["components"]) == set(sentinel.HOST_COMPONENTS)
-    assert cond["drifted"] in (True, False) and set(cond["drift"]) == set(sentinel.HOST_COMPONENTS)
+    assert set(cond["before"]["components"]) == set(cond["after"]["components"]) == set(conditions.HOST_COMPONENTS)
+    assert cond["drifted"] in (True, False) and set(cond["drift"]) == set(conditions.HOST_COMPONENTS)
     # taken inside the job, around its epochs
     assert rec["started_at"] <= cond["before"]["taken_at"] <= cond["after"]["taken_at"] <= rec["finished_at"]
 
@@ -179,3 +189,20 @@ def test_round_numbers_are_checked_before_any_work(tmp_path):
     )
     assert done.returncode == 2 and "--round: 0 is out of range" in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_one_run_per_key_and_lease_a_repeat_in_another_lease_is_kept(tmp_path):
+    from gpuscale import aggregate
+
+    recs = sorted((REPO / "reference/h200-2026-12-04/leases").glob("*/runs/simplecnn/cpu/paper-seed0.json"))
+    assert len(recs) == 2  # taken in two leases, under one key
+    loaded, _ = aggregate.load_all({"study": recs})
+    assert len(loaded) == 2
+    for path, (_, _, rec) in zip(recs, loaded, strict=True):  # leases/<boot id's first 8>/runs/...
+        assert rec["conditions"]["lease"].startswith(
+            path.relative_to(REPO / "reference/h200-2026-12-04/leases").parts[0]
+        )
+    copy = tmp_path / "copy.json"
+    copy.write_text(recs[0].read_text())
+    with pytest.raises(aggregate.AggregateError, match="two records for study/"):
+        aggregate.load_all({"study": [recs[0], copy]})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from pathlib import Path
 
 import polars as pl
@@ -48,25 +49,49 @@ def find_records(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).rglob("*.json") if not p.name.startswith("."))
 
 
-def load_all(sources: dict[str, list[Path]], skip_bad: bool = False) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
-    """(source, path, record) for every listed record; bad ones raise, or are listed as skipped when asked."""
+def load_all(
+    sources: dict[str, list[Path]], skip_bad: bool = False, lenient: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
+    """(source, path, record) for every listed record, and the skipped ones. A record is data from outside: it must
+    read (gpuscale.record.load: schema, finite figures), lie where its key says and not repeat a run of its lease;
+    one source's runs of one key come from one host. A bad record in a `lenient` source (a reference folder) is
+    skipped and listed (the report shows it); in the study's own records it stops the stage unless skip_bad."""
     loaded, skipped = [], []
     seen: dict[tuple, Path] = {}
+    hosts: dict[tuple, tuple[str, Path]] = {}
     for source, paths in sources.items():
         for path in paths:
             try:
                 rec = record.load(path)
-            except record.RecordError as err:
-                if not skip_bad:
+                _check_identity(source, path, rec, seen, hosts)
+            except (record.RecordError, AggregateError) as err:
+                if not (skip_bad or source in lenient):
                     raise AggregateError(f"{err} (fix or remove it, or set report.skip_bad_records: true)") from None
-                skipped.append({"path": str(path), "reason": str(err)})
+                log.warning("skipped a bad record of %s: %s", source, err)
+                skipped.append({"source": source, "path": str(path), "reason": str(err)})
                 continue
-            key = (source, *record.key(rec))
-            if key in seen:
-                raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
-            seen[key] = path
             loaded.append((source, path, rec))
     return loaded, skipped
+
+
+def _check_identity(source: str, path: Path, rec: dict, seen: dict, hosts: dict) -> None:
+    """Raise (one line naming the file) when the record lies elsewhere than its key says, repeats a run already
+    read (one run per key and lease: the same run taken again in another lease is a repeat and kept), or was
+    measured on another host than the same key's other records of this source."""
+    wrong_place = record.misplaced(path, rec)
+    if wrong_place:
+        raise AggregateError(wrong_place)
+    key = (source, rec["conditions"]["lease"], *record.key(rec))
+    if key in seen:
+        raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
+    fingerprint = rec["environment"].get("host_fingerprint")
+    first = hosts.setdefault((source, *record.key(rec)), (fingerprint, path))
+    if fingerprint != first[0]:
+        raise AggregateError(
+            f"{path}: measured on another host than {first[1]} (fingerprints {str(fingerprint)[:12]} and "
+            f"{str(first[0])[:12]}); one source is one host: put one of them in its own reference folder"
+        )
+    seen[key] = path
 
 
 def host_label(rec: dict) -> str:
@@ -87,6 +112,7 @@ def runs_frame(loaded) -> pl.DataFrame:
                 **flat_key(rec),
                 "status": rec["status"],
                 "not_measured_reason": rec["not_measured_reason"],
+                "drifted": rec["conditions"]["drifted"],
                 "label": rec["label"],
                 "host": host_label(rec),
                 "hostname": env["host"],
@@ -117,6 +143,7 @@ def runs_frame(loaded) -> pl.DataFrame:
                 "epoch_seconds_mean": (timing["total_train_seconds"] / len(epochs)) if epochs else None,
                 "warmup_epoch_seconds": timing.get("warmup_epoch_seconds"),
                 "steady_epoch_seconds_median": timing.get("steady_epoch_seconds_median"),
+                "steady_epoch_log_sd": analysis.log_sd(e["train_seconds"] for e in epochs if not e["warmup"]),
                 "total_eval_seconds": timing.get("total_eval_seconds"),
                 "train_images_per_second": timing.get("train_images_per_second"),
                 "steady_images_per_second": timing.get("steady_images_per_second"),
@@ -163,10 +190,13 @@ def compile_cache_columns(rec: dict) -> dict:
 
 
 def flat_key(rec: dict) -> dict:
-    """The record's key as columns; a sweep becomes sweep_parameter / sweep_value (null on study runs)."""
+    """The record's key as columns, with its round (1 where it has none) and lease; a sweep becomes sweep_parameter /
+    sweep_value (null on study runs)."""
     sweep = rec["key"].get("sweep") or {}
     return {
         **{k: v for k, v in rec["key"].items() if k != "sweep"},
+        "round": rec["key"].get("round", 1),
+        "lease": rec["conditions"]["lease"],
         "sweep_parameter": sweep.get("parameter"),
         "sweep_value": sweep.get("value"),
     }
@@ -256,6 +286,24 @@ def sampling_frame(loaded) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SAMPLING_SCHEMA).sort([*KEY_COLUMNS, "sampled_steps"])
 
 
+def conditions_frame(loaded) -> pl.DataFrame:
+    """The machine state of every run: one row per record, sentinel (before / after its job) and component. Records
+    made before schema 4 have no sentinel and no rows here (their lease is in the runs table)."""
+    rows = [
+        {
+            "source": source,
+            **flat_key(rec),
+            "when": when,
+            "component": name,
+            **{k: component.get(k) for k in ("value", "unit", "faster", "spread")},
+        }
+        for source, _, rec in loaded
+        for when in ("before", "after")
+        for name, component in ((rec["conditions"].get(when) or {}).get("components") or {}).items()
+    ]
+    return pl.DataFrame(rows, schema=tables.CONDITIONS_SCHEMA).sort([*KEY_COLUMNS, "when", "component"])
+
+
 def epochs_frame(loaded) -> pl.DataFrame:
     rows = [
         {"source": source, **flat_key(rec), **{k: e[k] for k in EPOCH_SCHEMA if k in e}}
@@ -265,99 +313,259 @@ def epochs_frame(loaded) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=EPOCH_SCHEMA).sort([*KEY_COLUMNS, "epoch"])
 
 
-def speedup_frame(runs: pl.DataFrame, tolerance: float) -> pl.DataFrame:
-    """Per (source, model, variant): CPU vs GPU seconds (median over seeds), speedups, accuracy parity.
+SAME_LEASE, CROSS_LEASE, UNKNOWN = "same-lease", "cross-lease", "unknown"  # the speedup table's `pairing`
+PAIRINGS = (SAME_LEASE, "any")  # report.pairing
+UNKNOWN_LEASE = record.lease_of(None)
+# The run columns a speedup is made of, per side
+_PAIR_COLUMNS = [
+    "lease",
+    "seed",
+    "round",
+    "parameters",
+    "train_flops_per_image",
+    "host",
+    "gpu_name",
+    "synthetic",
+    "extrapolated",
+    "total_train_seconds",
+    "epoch_seconds_mean",
+    "steady_epoch_seconds_median",
+    "steady_epoch_log_sd",
+    "final_test_accuracy",
+    "epochs",
+    "train_images",
+]
 
-    CPU and GPU are only ever paired within one source (one host's records), never across hosts.
+
+def short_lease(lease: str | None) -> str:
+    """A boot id as a reader tells leases apart: its first 8 characters."""
+    return "unknown" if lease in (None, UNKNOWN_LEASE) else f"{lease[:8]}…"
+
+
+def speedup_frame(runs: pl.DataFrame, tolerance: float, pairing: str = SAME_LEASE) -> pl.DataFrame:
+    """Per (source, model, variant, GPU device): CPU vs GPU seconds, speedups, their spreads, accuracy parity.
+
+    CPU and GPU are only ever paired within one source (one host's records), never across hosts, and within one
+    machine lease (the boot id): each lease holding both halves gives median(CPU epoch) / median(GPU epoch) over its
+    seeds and rounds, and the speedup is the median over leases (pairing `same-lease`). A half whose lease was not
+    recorded pairs with the other as one pool (`unknown`). Halves only in different known leases are refused, listed
+    with `pairing_reason`, unless `pairing` is `any` (pooled, `cross-lease`). docs/methodology.md has the arithmetic.
     """
-    out = _speedup_columns(_cpu_beside_gpu(runs), tolerance)
-    intervals = [
-        analysis.bootstrap_ratio_ci(c or [], g or [])
-        for c, g in zip(
-            out["epoch_seconds_per_seed_cpu"].to_list(), out["epoch_seconds_per_seed"].to_list(), strict=True
-        )
-    ]
-    out = out.with_columns(
-        pl.Series("speedup_ci_low", [lo for lo, _ in intervals], dtype=pl.Float64),
-        pl.Series("speedup_ci_high", [hi for _, hi in intervals], dtype=pl.Float64),
-    ).drop("epoch_seconds_per_seed", "epoch_seconds_per_seed_cpu")
-    return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
-
-
-def _cpu_beside_gpu(runs: pl.DataFrame) -> pl.DataFrame:
-    """Per (source, model, variant, GPU device): the GPU's medians over seeds with the CPU's (suffix _cpu)."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"report.pairing: {pairing!r}; expected one of {', '.join(PAIRINGS)}")
     # single-device runs only: data-parallel ones (cuda-ddpN, cpu-ddpN) go to the scaling table
     measured = runs.filter(
         (pl.col("status") == "measured") & pl.col("sweep_parameter").is_null() & (pl.col("world_size") == 1)
     )
-    per_device = measured.group_by(["source", "model", "variant", "device"]).agg(
-        pl.col("parameters").first(),
-        pl.col("train_flops_per_image").first(),
-        pl.col("host").first(),
-        pl.col("gpu_name").first(),
-        pl.col("synthetic").any(),
-        pl.col("extrapolated").any(),
-        pl.len().alias("seeds"),
-        pl.col("total_train_seconds").median(),
-        pl.col("epoch_seconds_mean").median(),
-        pl.col("steady_epoch_seconds_median").median(),
-        pl.col("final_test_accuracy").median(),
-        pl.col("epochs").first(),
-        pl.col("train_images").first(),
-        pl.col("epoch_seconds_mean").alias("epoch_seconds_per_seed"),
-    )
-    cpu = per_device.filter(pl.col("device") == "cpu").drop("device", "gpu_name")
-    gpu = per_device.filter(pl.col("device") != "cpu")
-    joined = gpu.join(cpu, on=["source", "model", "variant"], how="full", suffix="_cpu", coalesce=True)
-    missing = (
-        runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null())
-        .group_by(["source", "model", "variant"])
-        .agg(pl.col("not_measured_reason").first().alias("gpu_not_measured_reason"))
-    )
-    return joined.join(missing, on=["source", "model", "variant"], how="left")
+    missing = {
+        (r["source"], r["model"], r["variant"]): r["not_measured_reason"]
+        for r in runs.filter((pl.col("status") == "not_measured") & pl.col("sweep_parameter").is_null())
+        .sort(KEY_COLUMNS)
+        .iter_rows(named=True)
+    }
+    by_group: dict[tuple, dict[str, list[dict]]] = {}
+    for r in measured.sort(KEY_COLUMNS).select("source", "model", "variant", "device", *_PAIR_COLUMNS).to_dicts():
+        by_group.setdefault((r["source"], r["model"], r["variant"]), {}).setdefault(r["device"], []).append(r)
+    rows = []
+    for (source, model, variant), devices in by_group.items():
+        cpu = devices.get("cpu", [])
+        gpus = sorted(d for d in devices if d != "cpu") or [None]
+        for gpu_device in gpus:
+            row = _speedup_row(cpu, devices.get(gpu_device, []), pairing, tolerance)
+            rows.append(
+                {
+                    "source": source,
+                    "model": model,
+                    "variant": variant,
+                    "gpu_device": gpu_device,
+                    "gpu_not_measured_reason": missing.get((source, model, variant)),
+                    **row,
+                }
+            )
+    out = pl.DataFrame(rows, schema=SPEEDUP_SCHEMA, orient="row") if rows else pl.DataFrame(schema=SPEEDUP_SCHEMA)
+    return out.sort(["source", "variant", "parameters", "model", "gpu_device"], nulls_last=True)
 
 
-def _speedup_columns(joined: pl.DataFrame, tolerance: float) -> pl.DataFrame:
-    either_sampled = pl.col("extrapolated").fill_null(False) | pl.col("extrapolated_cpu").fill_null(False)
-    return joined.select(
-        "source",
-        "model",
-        "variant",
-        pl.coalesce("parameters", "parameters_cpu").alias("parameters"),
-        pl.coalesce("train_flops_per_image", "train_flops_per_image_cpu").alias("train_flops_per_image"),
-        pl.coalesce("host", "host_cpu").alias("host"),
-        pl.col("device").alias("gpu_device"),
-        "gpu_name",
-        pl.col("total_train_seconds_cpu").alias("cpu_seconds"),
-        pl.col("total_train_seconds").alias("gpu_seconds"),
-        pl.col("epoch_seconds_mean_cpu").alias("cpu_epoch_seconds"),
-        pl.col("epoch_seconds_mean").alias("gpu_epoch_seconds"),
-        pl.col("steady_epoch_seconds_median_cpu").alias("cpu_steady_epoch_seconds"),
-        pl.col("steady_epoch_seconds_median").alias("gpu_steady_epoch_seconds"),
-        (pl.col("epoch_seconds_mean_cpu") / pl.col("epoch_seconds_mean")).alias("speedup"),
-        (pl.col("steady_epoch_seconds_median_cpu") / pl.col("steady_epoch_seconds_median")).alias("steady_speedup"),
-        pl.col("final_test_accuracy_cpu").alias("cpu_accuracy"),
-        pl.col("final_test_accuracy").alias("gpu_accuracy"),
-        # a sampled run trained on a few steps per epoch: its accuracy is no 10-epoch accuracy, so no parity
-        pl.when(either_sampled)
-        .then(None)
-        .otherwise(pl.col("final_test_accuracy") - pl.col("final_test_accuracy_cpu"))
-        .alias("accuracy_difference"),
-        ((pl.col("epochs") != pl.col("epochs_cpu")) | (pl.col("train_images") != pl.col("train_images_cpu")))
-        .fill_null(False)
-        .alias("protocol_mismatch"),
-        (pl.col("synthetic").fill_null(False) | pl.col("synthetic_cpu").fill_null(False)).alias("synthetic"),
-        either_sampled.alias("extrapolated"),
-        pl.col("extrapolated_cpu").fill_null(False).alias("cpu_extrapolated"),
-        pl.col("extrapolated").fill_null(False).alias("gpu_extrapolated"),
-        pl.col("seeds").alias("gpu_seeds"),
-        pl.col("seeds_cpu").alias("cpu_seeds"),
-        "gpu_not_measured_reason",
-        "epoch_seconds_per_seed",
-        "epoch_seconds_per_seed_cpu",
-    ).with_columns(
-        (pl.col("accuracy_difference").abs() <= tolerance).alias("accuracy_parity"),
+SPEEDUP_SCHEMA = {
+    "source": pl.String,
+    "model": pl.String,
+    "variant": pl.String,
+    "parameters": pl.Int64,
+    "train_flops_per_image": pl.Int64,
+    "host": pl.String,
+    "gpu_device": pl.String,
+    "gpu_name": pl.String,
+    "cpu_seconds": pl.Float64,
+    "gpu_seconds": pl.Float64,
+    "cpu_epoch_seconds": pl.Float64,
+    "gpu_epoch_seconds": pl.Float64,
+    "cpu_steady_epoch_seconds": pl.Float64,
+    "gpu_steady_epoch_seconds": pl.Float64,
+    "speedup": pl.Float64,
+    "steady_speedup": pl.Float64,
+    "cpu_accuracy": pl.Float64,
+    "gpu_accuracy": pl.Float64,
+    "accuracy_difference": pl.Float64,
+    "protocol_mismatch": pl.Boolean,
+    "synthetic": pl.Boolean,
+    "extrapolated": pl.Boolean,
+    "cpu_extrapolated": pl.Boolean,
+    "gpu_extrapolated": pl.Boolean,
+    "gpu_seeds": pl.Int64,
+    "cpu_seeds": pl.Int64,
+    "gpu_not_measured_reason": pl.String,
+    "accuracy_parity": pl.Boolean,
+    "speedup_ci_low": pl.Float64,
+    "speedup_ci_high": pl.Float64,
+    # pairing by machine lease (issue 26)
+    "pairing": pl.String,  # same-lease, cross-lease, unknown; null where no speedup was made
+    "pairing_reason": pl.String,  # why there is no speedup although both halves were measured, or what was left out
+    "leases": pl.Int64,  # leases that gave a same-lease pair (0: cross-lease; null: unknown)
+    "lease_ids": pl.String,  # those leases' boot ids, comma-separated
+    "cpu_lease_ids": pl.String,  # the leases of the CPU runs that entered the speedup
+    "gpu_lease_ids": pl.String,
+    "rounds": pl.Int64,  # the most rounds any run of the pair was repeated in
+    "epoch_spread": pl.Float64,  # log sd: steady epochs within a run, CPU and GPU in quadrature
+    "round_spread": pl.Float64,  # log sd: rounds of one seed within a lease, CPU and GPU in quadrature
+    "seed_spread": pl.Float64,  # log sd: seeds of one round within a lease, CPU and GPU in quadrature
+    "lease_spread": pl.Float64,  # log sd of the leases' speedups (2+ leases)
+    "speedup_interval_low": pl.Float64,  # speedup x exp(-1.96 sqrt(epoch² + round² + lease²)), holding the bootstrap
+    "speedup_interval_high": pl.Float64,
+}
+
+
+def _median(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _leases_text(runs: list[dict]) -> str | None:
+    return ", ".join(sorted({r["lease"] for r in runs})) or None
+
+
+def _pair_units(cpu: list[dict], gpu: list[dict], pairing: str) -> tuple[str | None, list, str | None]:
+    """(pairing, [(lease, CPU runs, GPU runs)], reason): which runs of each half enter the speedup, paired how."""
+    if not cpu or not gpu:
+        return None, [], None
+    cpu_leases, gpu_leases = {r["lease"] for r in cpu}, {r["lease"] for r in gpu}
+    shared = sorted((cpu_leases & gpu_leases) - {UNKNOWN_LEASE})
+    if shared:
+        units = [
+            (lease, [r for r in cpu if r["lease"] == lease], [r for r in gpu if r["lease"] == lease])
+            for lease in shared
+        ]
+        left = len(cpu) + len(gpu) - sum(len(c) + len(g) for _, c, g in units)
+        reason = f"{left} run(s) in leases without the other device left out (same-lease pairs only)" if left else None
+        return SAME_LEASE, units, reason
+    if UNKNOWN_LEASE in cpu_leases | gpu_leases:
+        return UNKNOWN, [(UNKNOWN_LEASE, cpu, gpu)], None
+    where = (
+        f"CPU in lease{'s' if len(cpu_leases) > 1 else ''} {', '.join(map(short_lease, sorted(cpu_leases)))}, "
+        f"GPU in lease{'s' if len(gpu_leases) > 1 else ''} {', '.join(map(short_lease, sorted(gpu_leases)))}"
     )
+    if pairing == "any":
+        return CROSS_LEASE, [(None, cpu, gpu)], f"{where}: paired across leases (report.pairing: any)"
+    return None, [], f"{where}: no same-lease pair; report.pairing: any pairs them, marked cross-lease"
+
+
+def _side_spreads(runs: list[dict]) -> dict[str, float | None]:
+    """One half's spreads (log sd): epochs within a run, rounds of one (lease, seed), seeds of one (lease, round)."""
+    by_seed, by_round = {}, {}
+    for r in runs:
+        by_seed.setdefault((r["lease"], r["seed"]), []).append(r["epoch_seconds_mean"])
+        by_round.setdefault((r["lease"], r["round"]), []).append(r["epoch_seconds_mean"])
+    return {
+        "epoch": analysis.pooled_sd(r["steady_epoch_log_sd"] for r in runs),
+        "round": analysis.pooled_log_sd(by_seed.values()),
+        "seed": analysis.pooled_log_sd(by_round.values()),
+    }
+
+
+def _speedup_row(cpu: list[dict], gpu: list[dict], pairing: str, tolerance: float) -> dict:
+    """The speedup table's columns from one model's CPU and GPU runs (either may be empty)."""
+    kind, units, reason = _pair_units(cpu, gpu, pairing)
+    if units:  # the runs that enter the speedup; without a pair, each half's own runs are described
+        cpu, gpu = [r for _, c, _ in units for r in c], [r for _, _, g in units for r in g]
+    return {
+        **_halves(cpu, gpu, tolerance),
+        **_ratio_columns(units),
+        "pairing": kind,
+        "pairing_reason": reason,
+        "leases": {SAME_LEASE: len(units), CROSS_LEASE: 0}.get(kind),
+        "lease_ids": ", ".join(lease for lease, _, _ in units) if kind == SAME_LEASE else None,
+        "cpu_lease_ids": _leases_text(cpu),
+        "gpu_lease_ids": _leases_text(gpu),
+        "rounds": max((r["round"] for r in cpu + gpu), default=None),
+    }
+
+
+def _halves(cpu: list[dict], gpu: list[dict], tolerance: float) -> dict:
+    """Each half's medians over its runs, accuracy parity and what the runs were (sampled, synthetic, protocol)."""
+    cpu_sampled, gpu_sampled = any(r["extrapolated"] for r in cpu), any(r["extrapolated"] for r in gpu)
+    first = (gpu or cpu or [{}])[0]
+    cpu_acc = _median(r["final_test_accuracy"] for r in cpu)
+    gpu_acc = _median(r["final_test_accuracy"] for r in gpu)
+    # a sampled run trained on a few steps per epoch: its accuracy is no 10-epoch accuracy, so no parity
+    difference = None if cpu_sampled or gpu_sampled or cpu_acc is None or gpu_acc is None else gpu_acc - cpu_acc
+    return {
+        "parameters": first.get("parameters"),
+        "train_flops_per_image": first.get("train_flops_per_image"),
+        "host": first.get("host"),
+        "gpu_name": gpu[0]["gpu_name"] if gpu else None,
+        **{
+            f"{side}_{column}": _median(r[field] for r in runs)
+            for side, runs in (("cpu", cpu), ("gpu", gpu))
+            for column, field in (
+                ("seconds", "total_train_seconds"),
+                ("epoch_seconds", "epoch_seconds_mean"),
+                ("steady_epoch_seconds", "steady_epoch_seconds_median"),
+            )
+        },
+        "cpu_accuracy": cpu_acc,
+        "gpu_accuracy": gpu_acc,
+        "accuracy_difference": difference,
+        "protocol_mismatch": bool(cpu and gpu)
+        and (cpu[0]["epochs"] != gpu[0]["epochs"] or cpu[0]["train_images"] != gpu[0]["train_images"]),
+        "synthetic": any(r["synthetic"] for r in cpu + gpu),
+        "extrapolated": cpu_sampled or gpu_sampled,
+        "cpu_extrapolated": cpu_sampled,
+        "gpu_extrapolated": gpu_sampled,
+        "gpu_seeds": len(gpu) or None,
+        "cpu_seeds": len(cpu) or None,
+        "accuracy_parity": None if difference is None else abs(difference) <= tolerance,
+    }
+
+
+def _ratio_columns(units: list) -> dict:
+    """The speedup (log median over leases of each lease's median CPU / median GPU epoch), the steady one, each
+    spread, the bootstrap over seeds and the interval that holds them (docs/methodology.md)."""
+    ratios, steady = [], []
+    for _, c, g in units:
+        ratios.append(_median(r["epoch_seconds_mean"] for r in c) / _median(r["epoch_seconds_mean"] for r in g))
+        sc = _median(r["steady_epoch_seconds_median"] for r in c)
+        sg = _median(r["steady_epoch_seconds_median"] for r in g)
+        steady.append(sc / sg if sc is not None and sg is not None else None)
+    speedup = analysis.log_median(ratios) if ratios else None
+    cpu, gpu = [r for _, c, _ in units for r in c], [r for _, _, g in units for r in g]
+    spreads_c, spreads_g = _side_spreads(cpu), _side_spreads(gpu)
+    spreads = {k: analysis.quadrature(spreads_c[k], spreads_g[k]) if units else None for k in spreads_c}
+    lease_spread = analysis.log_sd(ratios) if len(units) > 1 else None
+    ci = analysis.bootstrap_leases_ratio_ci(
+        [([r["epoch_seconds_mean"] for r in c], [r["epoch_seconds_mean"] for r in g]) for _, c, g in units]
+    )
+    interval = analysis.combined_interval(speedup, (spreads["epoch"], spreads["round"], lease_spread), *ci)
+    return {
+        "speedup": speedup,
+        "steady_speedup": analysis.log_median(steady) if steady and None not in steady else None,
+        "speedup_ci_low": ci[0],
+        "speedup_ci_high": ci[1],
+        "epoch_spread": spreads["epoch"],
+        "round_spread": spreads["round"],
+        "seed_spread": spreads["seed"],
+        "lease_spread": lease_spread,
+        "speedup_interval_low": interval[0],
+        "speedup_interval_high": interval[1],
+    }
 
 
 def variant_gains(runs: pl.DataFrame, baseline: str = "paper") -> pl.DataFrame:
@@ -493,9 +701,11 @@ def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.
                 frame["train_flops_per_image"], frame["speedup"]
             )
         amdahl = analysis.amdahl_fit(frame["cpu_epoch_seconds"], frame["gpu_epoch_seconds"])
+        leases, lease_note = fit_leases(frame)
         for predictor, fit in group_fits.items():
             rows.append(
                 _fit_row(source, variant, SCALING_FITS[predictor], fit, fit.get("exponent"), fit.get("exponent_se"))
+                | _with_leases(fit, leases, lease_note)
             )
         rows.append(
             _fit_row(
@@ -508,6 +718,7 @@ def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.
                 amdahl.get("serial_seconds"),
                 amdahl.get("serial_seconds_se"),
             )
+            | _with_leases(amdahl, leases, lease_note)
         )
         summary[f"{source} / {variant}"] = {
             "scaling": group_fits,
@@ -517,6 +728,32 @@ def fits(speedup: pl.DataFrame, sweeps: pl.DataFrame | None = None) -> tuple[pl.
     if sweeps is not None:
         rows += thread_fits(sweeps)
     return pl.DataFrame(rows, schema=FITS_SCHEMA), summary
+
+
+def fit_leases(frame: pl.DataFrame) -> tuple[int | None, str]:
+    """How many machine leases the fitted speedups' runs span, and what the fit's note says of it: across models
+    a comparison is honest only within one lease. None (and a note) where a lease was not recorded; the paper's
+    points have no lease (None, no note)."""
+    if "cpu_lease_ids" not in frame.columns or frame.is_empty():
+        return None, ""
+    found = {
+        lease
+        for column in ("cpu_lease_ids", "gpu_lease_ids")
+        for text in frame[column].drop_nulls()
+        for lease in text.split(", ")
+    }
+    if UNKNOWN_LEASE in found:
+        known = len(found - {UNKNOWN_LEASE})
+        return None, "lease not recorded for some models" + (f" (the others span {known})" if known else "")
+    if len(found) > 1:
+        return len(found), f"the models' speedups span {len(found)} machine leases: across models this crosses leases"
+    return len(found), ""
+
+
+def _with_leases(fit: dict, leases: int | None, note: str) -> dict:
+    """A scaling or Amdahl fit row's lease count, and its note on leases after whatever else it says."""
+    row_note = fit.get("reason") or fit.get("note", "")
+    return {"leases": leases, "note": "; ".join(n for n in (row_note, note if fit["ok"] else "") if n)}
 
 
 # The scaling fits by predictor (the fit summary in notes.json and metrics keep these names).
@@ -540,6 +777,7 @@ def _fit_row(
         "note": fit.get("reason") or fit.get("note", ""),
         "fit_id": fit_id.value,
         "model": model,
+        "leases": None,
     }
 
 
@@ -589,6 +827,7 @@ def run(
     metrics_path: Path,
     tolerance: float,
     skip_bad: bool = False,
+    pairing: str = SAME_LEASE,
 ) -> dict:
     """Aggregate this host's records (the study's, listed) and every record under each reference folder."""
     sources = {LOCAL_SOURCE: [Path(p) for p in records]}
@@ -597,10 +836,10 @@ def run(
             raise AggregateError(f"report.reference: {folder} is not a folder (list folders under reference/)")
         # A reference folder is one host's measurements: never paired with this host's runs.
         sources[f"reference: {Path(folder).name}"] = find_records(Path(folder))
-    loaded, skipped = load_all(sources, skip_bad=skip_bad)
+    loaded, skipped = load_all(sources, skip_bad=skip_bad, lenient=tuple(s for s in sources if s != LOCAL_SOURCE))
     runs = runs_frame(loaded)
     epochs = epochs_frame(loaded)
-    speedup = speedup_frame(runs, tolerance)
+    speedup = speedup_frame(runs, tolerance, pairing)
     phases = phases_frame(loaded)
     gains = variant_gains(runs)
     sweeps = sweeps_frame(runs)
@@ -618,12 +857,14 @@ def run(
         "sweeps": sweeps,
         "sampling": sampling,
         "scaling": scaling,
+        "conditions": conditions_frame(loaded),
     }
     extras = {
         "skipped_records": skipped,
         "overlapping_runs": overlaps(runs),
         "fit_summary": _clean(summary),
         "sources": {k: len(v) for k, v in sources.items()},
+        "pairing": pairing,
     }
     tables.write_tables(frames, extras, out_dir)
     metrics_mod.write(metrics_path, speedup.filter(pl.col("source") == LOCAL_SOURCE).to_dicts())  # this host only

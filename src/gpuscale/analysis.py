@@ -162,3 +162,91 @@ def thread_fit(threads, seconds) -> dict:
         }
     )
     return fit
+
+
+# ---- spreads of a speedup (issue 26: the machine state is part of the measurement) ------------------------------
+# Every spread is a standard deviation on the log scale (0.10: about ±10% for one repeat), so spreads of the CPU and
+# the GPU side add in quadrature (log of a ratio = difference of logs of independent timings) and spreads of
+# different sources add in quadrature too.
+Z95 = 1.959963984540054  # the two-sided 95% point of the normal distribution
+
+
+def log_sd(values) -> float | None:
+    """The sample standard deviation (n - 1) of log(values); None for fewer than two values."""
+    logs = np.log(np.asarray([v for v in values if v is not None], dtype=float))
+    if len(logs) < 2:
+        return None
+    return float(np.std(logs, ddof=1))
+
+
+def pooled_log_sd(groups) -> float | None:
+    """The spread within groups: sqrt of the mean over groups of two or more values of each one's log variance
+    (each group weighs the same); None when no group has two values."""
+    variances = [sd**2 for sd in (log_sd(g) for g in groups) if sd is not None]
+    return math.sqrt(sum(variances) / len(variances)) if variances else None
+
+
+def pooled_sd(spreads) -> float | None:
+    """sqrt of the mean of squared spreads (each already a log sd), the Nones left out; None when all are."""
+    known = [s for s in spreads if s is not None]
+    return math.sqrt(sum(s * s for s in known) / len(known)) if known else None
+
+
+def quadrature(*spreads) -> float | None:
+    """sqrt(sum of squares) of the spreads that are known; None when none is."""
+    known = [s for s in spreads if s is not None]
+    return math.sqrt(sum(s * s for s in known)) if known else None
+
+
+def log_median(values) -> float:
+    """exp(median(log values)): the median for an odd count, the geometric mean of the middle two for an even one
+    (a ratio's middle on its own scale)."""
+    return float(np.exp(np.median(np.log(np.asarray(values, dtype=float)))))
+
+
+def combined_interval(
+    speedup: float | None,
+    spreads,
+    ci_low: float | None = None,
+    ci_high: float | None = None,
+    z: float = Z95,
+) -> tuple[float | None, float | None]:
+    """speedup × exp(±z · sqrt(Σ spread²)) over the known spreads, widened to contain [ci_low, ci_high] (the
+    bootstrap over seeds); (None, None) with neither a spread nor a bootstrap interval."""
+    if speedup is None:
+        return None, None
+    total = quadrature(*spreads)
+    if total is None and ci_low is None:
+        return None, None
+    low = high = speedup
+    if total is not None:
+        low, high = speedup * math.exp(-z * total), speedup * math.exp(z * total)
+    if ci_low is not None:
+        low, high = min(low, ci_low), max(high, ci_high)
+    return low, high
+
+
+def bootstrap_leases_ratio_ci(pairs, resamples: int = 2000, level: float = 0.95, seed: int = 0):
+    """The bootstrap of a speedup paired within leases: each resample draws every lease's CPU and GPU runs with
+    replacement, takes each lease's median(CPU) / median(GPU) and the log median (log_median) over leases.
+
+    One lease is bootstrap_ratio_ci itself (the same draws). (None, None) when no lease has two runs on a side.
+    """
+    pairs = [(np.asarray(c, dtype=float), np.asarray(g, dtype=float)) for c, g in pairs if len(c) and len(g)]
+    if len(pairs) == 1:
+        return bootstrap_ratio_ci(*pairs[0], resamples=resamples, level=level, seed=seed)
+    if not pairs or all(len(c) < 2 and len(g) < 2 for c, g in pairs):
+        return None, None
+    rng = np.random.default_rng(seed)
+    logs = np.stack(
+        [
+            np.log(
+                np.median(rng.choice(c, size=(resamples, len(c))), axis=1)
+                / np.median(rng.choice(g, size=(resamples, len(g))), axis=1)
+            )
+            for c, g in pairs
+        ]
+    )
+    ratios = np.exp(np.median(logs, axis=0))
+    tail = (1 - level) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))

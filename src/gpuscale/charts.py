@@ -344,6 +344,9 @@ def _paper_points(speedup: pl.DataFrame) -> pl.DataFrame:
         "gpu_epoch_seconds",
         pl.lit(None, dtype=pl.Float64).alias("speedup_ci_low"),
         pl.lit(None, dtype=pl.Float64).alias("speedup_ci_high"),
+        pl.lit(None, dtype=pl.Float64).alias("speedup_interval_low"),
+        pl.lit(None, dtype=pl.Float64).alias("speedup_interval_high"),
+        pl.lit(None, dtype=pl.String).alias("pairing"),
     )
 
 
@@ -360,8 +363,37 @@ def _size_points(speedup: pl.DataFrame, column: str) -> pl.DataFrame:
         "gpu_epoch_seconds",
         "speedup_ci_low",
         "speedup_ci_high",
+        "speedup_interval_low",
+        "speedup_interval_high",
+        "pairing",
     )
     return pl.concat([measured, _paper_points(speedup)], how="vertical_relaxed").filter(pl.col(column).is_not_null())
+
+
+CROSSING_RING = 260  # the ring around a point whose CPU and GPU were timed in different machine leases
+
+
+def _pairing_subtitles(measured: pl.DataFrame) -> list[str]:
+    """The marks' key, where a point carries one: ringed and † where CPU and GPU crossed leases; ‡ where a lease
+    was not recorded (the tooltip says which)."""
+    found = measured["pairing"].drop_nulls().to_list()
+    lines = []
+    if "cross-lease" in found:
+        lines.append("ringed †: CPU and GPU timed in different machine leases")
+    if "unknown" in found:
+        lines.append(f"‡ lease not recorded for {found.count('unknown')} point(s) (see the tooltip)")
+    return lines
+
+
+def _crossing_rings(measured: pl.DataFrame, x, y, column: str) -> list:
+    crossing = measured.filter(pl.col("pairing") == "cross-lease")
+    if crossing.is_empty():
+        return []
+    return [
+        alt.Chart(crossing)
+        .mark_point(shape="circle", filled=False, size=CROSSING_RING, strokeWidth=1.5, color="#222222")
+        .encode(x=x, y=y, tooltip=_size_tooltip(column))
+    ]
 
 
 def _size_subtitles(speedup: pl.DataFrame, fits: pl.DataFrame, lines: pl.DataFrame) -> list[str]:
@@ -411,6 +443,9 @@ def _size_tooltip(column: str) -> list[alt.Tooltip]:
         alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
         alt.Tooltip("speedup_ci_low:Q", format=".2f", title="95% interval low (×)"),
         alt.Tooltip("speedup_ci_high:Q", format=".2f", title="95% interval high (×)"),
+        alt.Tooltip("speedup_interval_low:Q", format=".2f", title="with every spread, low (×)"),
+        alt.Tooltip("speedup_interval_high:Q", format=".2f", title="with every spread, high (×)"),
+        alt.Tooltip("pairing_words:N", title="CPU and GPU paired"),
         alt.Tooltip("cpu_epoch_seconds:Q", format=".2f", title="CPU seconds per epoch"),
         alt.Tooltip("gpu_epoch_seconds:Q", format=".2f", title="GPU seconds per epoch"),
     ]
@@ -453,6 +488,7 @@ def speedup_vs_size(
     lines = _fit_lines(speedup, fits, column, FIT_PARAMETERS if column == "parameters" else FIT_FLOPS)
     subtitles = _size_subtitles(speedup, fits, lines)
     subtitles.append(style.key(measured["variant"].unique().to_list()))
+    subtitles += _pairing_subtitles(measured)
     chart_title = _title(title, subtitles, speedup)
     if measured.is_empty():
         return _empty(chart_title, "No model measured on both CPU and GPU yet: nothing to plot.")
@@ -460,7 +496,10 @@ def speedup_vs_size(
     measured = measured.sort(column)
     present = measured["source"].unique().to_list()
     variants = measured["variant"].unique().to_list()
-    measured = measured.with_columns(_mapped(measured, "source", words.source_short).alias("source_words"))
+    measured = measured.with_columns(
+        _mapped(measured, "source", words.source_short).alias("source_words"),
+        _mapped(measured, "pairing", lambda p: words.PAIRING_WORDS.get(p, p)).alias("pairing_words"),
+    )
     labels = label_rows(
         _by_importance(measured, column), column, "speedup", Plot(tuple(xdomain), tuple(ydomain), HEIGHT)
     )
@@ -469,7 +508,12 @@ def speedup_vs_size(
         .mark_point(filled=True, size=80, opacity=0.9)
         .encode(x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=_size_tooltip(column))
     )
-    layers = [*_size_lines(measured, lines, x, y, style, present, variants), points, *_labels(labels, x, y)]
+    layers = [
+        *_size_lines(measured, lines, x, y, style, present, variants),
+        *_crossing_rings(measured, x, y, column),
+        points,
+        *_labels(labels, x, y),
+    ]
     return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
 
 

@@ -5,7 +5,7 @@
   (params.yaml) and description.
 
 Each block sits between `<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->`; tests check that the
-files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-02`,
+files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-04`,
 or one of them with `python -m gpuscale.docs params` / `python -m gpuscale.docs readme TABLES_DIR`.
 """
 
@@ -22,7 +22,7 @@ SCHEMA = ROOT / "workflow" / "schemas" / "params.schema.yaml"
 PARAMS = ROOT / "params.yaml"
 README = ROOT / "README.md"
 PARAMS_DOC = ROOT / "docs" / "params.md"
-REFERENCE = "reference/h200-2026-12-02"
+REFERENCE = "reference/h200-2026-12-04"
 
 
 def block(name: str, text: str) -> str | None:
@@ -124,13 +124,16 @@ def params_reference(schema_path: Path = SCHEMA, params_path: Path = PARAMS) -> 
 
 # ---- the README's headline -----------------------------------------------------------------------------------------
 def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
-    """The reference study's key results and speedup table in Markdown, from its tables alone."""
+    """The reference study's key results and speedup table in Markdown, from its tables alone; a figure whose CPU and
+    GPU crossed machine leases carries †, one whose lease was not recorded ‡ (the key is in the last line)."""
     from gpuscale import report
 
     key = report.key_results(tables)
     head = report.headline(tables["speedup"], tolerance)
+    state = f" {key['conditions']}." if key.get("conditions") else ""
     lines = [
-        f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records). {key['definition']}",
+        f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records).{state} "
+        f"{key['definition']}",
         "",
     ]
     for source in key["sources"]:
@@ -145,15 +148,17 @@ def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
         for cell in row["cells"]:
             detail = [line for line in cell["lines"] if "·" not in line and "accuracy" not in line]
             text = f"**{cell['value']}**" if cell["value"] not in ("not run", "not reported", "—") else cell["value"]
-            cells.append(" ".join([text, *detail]).replace("|", "/"))
+            cells.append(" ".join([text + cell.get("mark", ""), *detail]).replace("|", "/"))
         lines.append(f"| {row['model']} | {row['parameters']} | {row['flops']} | " + " | ".join(cells) + " |")
     notes = [f"- {row['model']}: {note}." for row in head["rows"] for note in row["notes"]]
     if notes:
         lines += ["", *notes]
+    marks = "".join(f" {mark}." for mark in head["marks"])
     lines += [
         "",
-        "Brackets: 95% bootstrap interval over seeds; steady: the first epoch (compilation, warm-up) left out; "
-        "sampled*: the time extrapolated from a few timed steps per epoch (checked on full runs in the report).",
+        "Brackets (where a figure was repeated): an interval holding the spread between epochs, rounds and machine "
+        "leases and the 95% bootstrap over seeds; steady: the first epoch (compilation, warm-up) left out; sampled*: "
+        f"the time extrapolated from a few timed steps per epoch (checked on full runs in the report).{marks}",
     ]
     return "\n".join(lines) + "\n"
 

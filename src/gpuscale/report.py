@@ -22,13 +22,23 @@ from markupsafe import Markup
 
 from gpuscale import words
 from gpuscale.analyze import paper
+from gpuscale.contract import conditions as machine
 from gpuscale.contract import fsutil
 from gpuscale.contract.settings import Params
 from gpuscale.predict import costmodel
 from gpuscale.predict import prediction as predict
 from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
-from gpuscale.tables import FIT_FLOPS, FIT_PARAMETERS, LOCAL_SOURCE, PAPER_SOURCE, TABLES, r2_by_fit, read_tables
+from gpuscale.tables import (
+    FIT_FLOPS,
+    FIT_PARAMETERS,
+    KEY_COLUMNS,
+    LOCAL_SOURCE,
+    PAPER_SOURCE,
+    TABLES,
+    r2_by_fit,
+    read_tables,
+)
 from gpuscale.tables import verdict as fit_verdict
 
 DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
@@ -100,6 +110,16 @@ def _cell(column: str, value) -> str:
         return words.phase(value)
     if column == "fit":
         return words.fit(value)
+    if column == "pairing":
+        return words.PAIRING_WORDS.get(value, value)
+    if column == "lease":
+        return _lease_short(value)
+    if column == "component":
+        return words.sentinel_component(value) + (" (dropped)" if value in machine.DROPPED else "")
+    if column in ("between_records", "own_spread"):  # (max − min) / median, as the sentinel gives its own
+        return words.percent(value, 1)
+    if column.endswith("_spread"):  # a log sd
+        return words.spread(value)
     column = column.rpartition(": ")[2]  # '<source>: cpu_epoch_seconds' formats as its quantity
     if isinstance(value, float):
         if column.endswith("_percent"):
@@ -175,19 +195,36 @@ def _by_flops(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _chip(row: dict) -> dict:
-    """One model's headline speedup: whole run, its interval, and the steady one where that differs."""
+    """One model's headline speedup: whole run, its interval, the steady one where that differs, and its mark where
+    CPU and GPU were not paired within one known lease."""
+    mark = words.pairing_mark(row.get("pairing"))
     if row["speedup"] is None:
-        reason = "no GPU record" if row["gpu_seconds"] is None else "no CPU record"
-        return {"model": row["model"], "value": "—", "detail": reason}
+        if row.get("pairing_reason") and row["cpu_seconds"] is not None and row["gpu_seconds"] is not None:
+            reason = "no same-lease pair"
+        else:
+            reason = "no GPU record" if row["gpu_seconds"] is None else "no CPU record"
+        return {"model": row["model"], "value": "—", "mark": "", "detail": reason}
     detail = []
-    if row["speedup_ci_low"] is not None:
-        detail.append(f"[{row['speedup_ci_low']:.1f}–{row['speedup_ci_high']:.1f}]")
+    if text := words.interval(*speedup_interval(row)):
+        detail.append(text)
     steady = row["steady_speedup"]
     if steady and max(steady, row["speedup"]) / min(steady, row["speedup"]) >= STEADY_DIFFERS:
         detail.append(f"steady {words.times(steady)}")
     if row["extrapolated"]:
         detail.append("sampled*")
-    return {"model": row["model"], "value": words.times(row["speedup"]), "detail": " ".join(detail)}
+    return {"model": row["model"], "value": words.times(row["speedup"]), "mark": mark, "detail": " ".join(detail)}
+
+
+def speedup_interval(row: dict) -> tuple[float | None, float | None]:
+    """The interval a figure is shown with: where it was repeated (seeds, rounds or leases), the one that holds the
+    spread between epochs, rounds and leases and the bootstrap over seeds (aggregate's speedup_interval_*); a single
+    run per device has none."""
+    repeated = row.get("speedup_ci_low") is not None or (row.get("leases") or 0) > 1 or (row.get("rounds") or 1) > 1
+    if not repeated:
+        return None, None
+    if row.get("speedup_interval_low") is not None:
+        return row["speedup_interval_low"], row["speedup_interval_high"]
+    return row.get("speedup_ci_low"), row.get("speedup_ci_high")
 
 
 def _images(runs: pl.DataFrame, source: str, model: str) -> int | None:
@@ -206,7 +243,7 @@ def paper_comparison(speedup: pl.DataFrame, runs: pl.DataFrame, source: str, var
         r = ours.get(p["model"])
         if not r or r["speedup"] is None:
             continue
-        low, high = r["speedup_ci_low"], r["speedup_ci_high"]
+        low, high = speedup_interval(r)
         ratio = r["speedup"] / p["speedup"]
         if low is not None:
             inside = low <= p["speedup"] <= high
@@ -402,13 +439,25 @@ def key_results(tables: dict, pred: dict | None = None) -> dict:
                 "variants": variants,
                 "findings": findings,
                 "sampled": not sampled.is_empty(),
+                "conditions": _conditions_words(
+                    _source_conditions(source, runs, speedup, tables["conditions"]), True, False
+                )
+                if "conditions" in tables
+                else "",
             }
         )
+    marks = words.pairing_keys(speedup.filter(pl.col("speedup").is_not_null())["pairing"].drop_nulls().to_list())
     host = host_beside_reference(speedup, runs)
     local = speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null())
     if local.is_empty() and (line := predicted_for_host(pred)):
         host.append(line)
-    return {"sources": sources, "host": host, "definition": HEADLINE_DEFINITION}
+    return {
+        "sources": sources,
+        "host": host,
+        "definition": HEADLINE_DEFINITION,
+        "marks": marks,
+        "conditions": conditions_line(tables),
+    }
 
 
 # ---- predicted before measuring (gpuscale.predict's tables) ----------------------------------------------------------
@@ -719,7 +768,7 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
         for s, v in groups:
             r = by_key.get((s, v, name))
             if r is None:
-                cells.append({"value": "not run", "lines": []})
+                cells.append({"value": "not run", "mark": "", "lines": []})
                 continue
             cells.append(_headline_cell(r))
             notes += _headline_notes(speedup, s, v, r, p, tolerance)
@@ -735,7 +784,8 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
     header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
         f"{words.source_short(s)}, {v}" for s, v in groups
     ]
-    return {"header": header, "rows": rows, "csv": _headline_csv(speedup)}
+    marks = words.pairing_keys(speedup.filter(pl.col("speedup").is_not_null())["pairing"].drop_nulls().to_list())
+    return {"header": header, "rows": rows, "csv": _headline_csv(speedup), "marks": marks}
 
 
 def _headline_models(speedup: pl.DataFrame, papers: dict) -> list[dict]:
@@ -766,7 +816,7 @@ def _headline_cell(r: dict) -> dict:
         lines.append(chip["detail"])
     if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
         lines.append(f"GPU accuracy {words.percent(r['gpu_accuracy'], 1)}")
-    return {"value": chip["value"], "lines": lines}
+    return {"value": chip["value"], "mark": chip["mark"], "lines": lines}
 
 
 def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | None, tolerance: float) -> list[str]:
@@ -787,6 +837,8 @@ def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | No
             )
     if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
         notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
+    if r.get("pairing_reason"):
+        notes.append(f"{words.source_short(s)}, {v}: {r['pairing_reason']}")
     if r["synthetic"]:
         notes.append(f"{words.source_short(s)}: synthetic data")
     return notes
@@ -794,9 +846,10 @@ def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | No
 
 def _paper_cell(p: dict | None) -> dict:
     if not p:
-        return {"value": "not reported", "lines": []}
+        return {"value": "not reported", "mark": "", "lines": []}
     return {
         "value": words.times(p["speedup"]),
+        "mark": "",
         "lines": [
             f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
             f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
@@ -848,12 +901,218 @@ def _headline_csv(speedup: pl.DataFrame) -> str:
         "speedup",
         "speedup_ci_low",
         "speedup_ci_high",
+        "speedup_interval_low",
+        "speedup_interval_high",
+        "pairing",
+        "leases",
         "steady_speedup",
         "cpu_accuracy",
         "gpu_accuracy",
         "extrapolated",
     )
     return pl.concat([paper_rows, ours], how="diagonal_relaxed").write_csv()
+
+
+# ---- measurement conditions (the machine state: leases, sentinels, drift, spreads) -------------------------------
+UNKNOWN_LEASE = "unknown"
+DRIFT_LISTED = 12  # drifted records named one by one; more are counted
+
+
+def _lease_short(lease: str | None) -> str:
+    return "not recorded" if lease in (None, UNKNOWN_LEASE) else f"{lease[:8]}…"
+
+
+def _source_conditions(source: str, runs: pl.DataFrame, speedup: pl.DataFrame, conditions: pl.DataFrame) -> dict:
+    """One source's leases, records without a lease or sentinel, drifted records and figures that cross leases."""
+    mine = runs.filter((pl.col("source") == source) & (pl.col("status") == "measured"))
+    figures = speedup.filter(pl.col("source") == source)
+    leases = sorted(set(mine["lease"].to_list()) - {UNKNOWN_LEASE})
+    with_sentinel = conditions.filter(pl.col("source") == source).select(KEY_COLUMNS).unique().height
+    return {
+        "source": source,
+        "leases": leases,
+        "records": mine.height,
+        "unknown": mine.filter(pl.col("lease") == UNKNOWN_LEASE).height,
+        "without_sentinel": mine.height - with_sentinel,
+        "drifted": mine.filter(pl.col("drifted").fill_null(False)).height,
+        "crossing": figures.filter(pl.col("pairing") == "cross-lease").height,
+        "unpaired": figures.filter(
+            pl.col("speedup").is_null() & pl.col("pairing_reason").is_not_null() & pl.col("gpu_seconds").is_not_null()
+        ).height,
+        "rounds": mine["round"].max() or 1,
+    }
+
+
+def _conditions_words(c: dict, brief: bool = False, named: bool = True) -> str:
+    """'h200: 2 machine leases (ab12…, cd34…); 1 record(s) drifted; 2 figure(s) cross leases †' (brief: no ids;
+    not named: without the source)."""
+    name = words.source_short(c["source"]) if named else ""
+    if not c["leases"]:
+        text = f"{name}: {c['records']} records without a lease (made before schema 4)"
+    else:
+        text = f"{name}: {len(c['leases'])} machine lease{'s' if len(c['leases']) > 1 else ''}"
+        text += "" if brief else f" ({', '.join(map(_lease_short, c['leases']))})"
+        if c["unknown"]:
+            text += f", {c['unknown']} record(s) without one"
+    if c["without_sentinel"] and c["leases"]:
+        text += f"; {c['without_sentinel']} record(s) without a sentinel"
+    elif c["without_sentinel"]:
+        text = text.replace("without a lease", "without a lease or sentinel")
+    if c["rounds"] > 1:
+        text += f"; {c['rounds']} rounds"
+    if c["drifted"]:
+        text += f"; {c['drifted']} record(s) drifted"
+    if c["crossing"]:
+        text += f"; {c['crossing']} figure(s) cross leases †"
+    if c["unpaired"]:
+        text += f"; {c['unpaired']} model(s) without a same-lease pair (no speedup)"
+    return text if named else text.removeprefix(": ")
+
+
+def conditions_line(tables: dict) -> str | None:
+    """The first screen's line on the machine state, every source in one sentence."""
+    if "conditions" not in tables or tables["runs"].is_empty():
+        return None
+    runs, speedup = tables["runs"], tables["speedup"]
+    sources = sorted(
+        runs.filter(pl.col("status") == "measured")["source"].unique().to_list(), key=lambda s: (s != LOCAL_SOURCE, s)
+    )
+    parts = [_conditions_words(_source_conditions(s, runs, speedup, tables["conditions"]), True) for s in sources]
+    return "Machine state: " + "; ".join(parts) if parts else None
+
+
+def _drift_text(r: dict, conditions: pl.DataFrame) -> str:
+    """One drifted record and the components that moved most (after / before as a speed ratio, >1 faster), judged
+    as gpuscale.conditions judges them (components since dropped from the sentinel left out)."""
+    mine = conditions.filter(*(pl.col(k).eq_missing(r[k]) for k in KEY_COLUMNS))
+    sentinels = {
+        when: {"components": {c["component"]: c for c in frame.iter_rows(named=True)}}
+        for (when,), frame in mine.group_by(["when"])
+    }
+    _, ratios = machine.drift(sentinels.get("before"), sentinels.get("after"))
+    moved = sorted(ratios.items(), key=lambda kv: -abs(math.log(kv[1])))
+    where = f"{r['model']} on {words.device(r['device'])} ({r['variant']}, seed {r['seed']}"
+    where += f", round {r['round']})" if r["round"] > 1 else ")"
+    listed = ", ".join(f"{words.sentinel_component(name)} ×{ratio:.2f}" for name, ratio in moved[:3])
+    return f"{words.source_short(r['source'])}: {where} in lease {_lease_short(r['lease'])}" + (
+        f": {listed}" if listed else ""
+    )
+
+
+def lease_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
+    """Per source and lease: its records, devices, when, and how many carry sentinels and drifted."""
+    measured = runs.filter(pl.col("status") == "measured")
+    if measured.is_empty():
+        return None
+    sentinels = conditions.select(KEY_COLUMNS).unique().group_by("source", "lease").len("n")
+    frame = (
+        measured.group_by("source", "lease")
+        .agg(
+            pl.len().alias("records"),
+            pl.col("device").unique().sort().str.join(", ").alias("devices"),
+            pl.col("started_at").min().alias("first_started"),
+            pl.col("finished_at").max().alias("last_finished"),
+            pl.col("drifted").fill_null(False).sum().cast(pl.Int64).alias("drifted_records"),
+        )
+        .join(sentinels, on=["source", "lease"], how="left")
+        .with_columns(pl.col("n").fill_null(0).alias("sentinel_records"))
+        .drop("n")
+        .sort("source", "first_started")
+    )
+    return table("leases", "Each machine lease (boot id) the records were measured in.", frame)
+
+
+def sentinel_table(conditions: pl.DataFrame) -> dict | None:
+    """Each lease's sentinel figures: per component and device, the median over its records' before-sentinels, the
+    spread between those records and the sentinel's own spread over its repeats."""
+    before = conditions.filter(pl.col("when") == "before")
+    if before.is_empty():
+        return None
+    frame = (
+        before.group_by("source", "lease", "device", "component")
+        .agg(
+            pl.len().alias("records"),
+            pl.col("unit").first(),
+            pl.col("value").median().alias("median"),
+            ((pl.col("value").max() - pl.col("value").min()) / pl.col("value").median()).alias("between_records"),
+            pl.col("spread").median().alias("own_spread"),
+        )
+        .sort("source", "component", "device", "lease")
+    )
+    frame = frame.with_columns(
+        pl.struct("component", "median")
+        .map_elements(lambda r: machine.format_value(r["component"], r["median"]), return_dtype=pl.String)
+        .alias("sentinel_value")
+    )
+    columns = ["source", "component", "device", "lease", "records", "sentinel_value", "between_records", "own_spread"]
+    return table(
+        "sentinels",
+        "Each lease's sentinel, taken before every job (per device: a job's threads and loader workers): a witness of "
+        "the machine state, never a correction. A component dropped from the sentinel is shown as recorded.",
+        frame.select(columns),
+    )
+
+
+SPREAD_COLUMNS = [
+    "source",
+    "variant",
+    "model",
+    "speedup",
+    "pairing",
+    "leases",
+    "rounds",
+    "epoch_spread",
+    "round_spread",
+    "seed_spread",
+    "lease_spread",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "speedup_interval_low",
+    "speedup_interval_high",
+]
+
+
+def spread_table(speedup: pl.DataFrame) -> dict | None:
+    frame = _by_flops(speedup.filter(pl.col("speedup").is_not_null())).sort("source", "variant", maintain_order=True)
+    if frame.is_empty():
+        return None
+    return table(
+        "spreads",
+        "Each speedup's spreads on their own (one standard deviation, as the factor it moves the figure by) and "
+        "the interval that holds them with the bootstrap over seeds.",
+        frame,
+        SPREAD_COLUMNS,
+    )
+
+
+def conditions_section(tables: dict) -> dict:
+    """The 'Measurement conditions' section: leases per source, each lease's sentinel, the figures that cross
+    leases or found no same-lease pair, the records that drifted, and every spread beside the others."""
+    runs, speedup, conditions = tables["runs"], tables["speedup"], tables["conditions"]
+    sources = sorted(
+        runs.filter(pl.col("status") == "measured")["source"].unique().to_list(), key=lambda s: (s != LOCAL_SOURCE, s)
+    )
+    summary = [_conditions_words(_source_conditions(s, runs, speedup, conditions)) for s in sources]
+    crossing = [
+        f"{words.source_short(r['source'])}, {r['variant']}, {r['model']}: "
+        + (f"{words.times(r['speedup'])}{words.pairing_mark(r['pairing'])}; " if r["speedup"] is not None else "")
+        + r["pairing_reason"]
+        for r in speedup.filter(pl.col("pairing_reason").is_not_null()).iter_rows(named=True)
+    ]
+    drifted = runs.filter(pl.col("drifted").fill_null(False)).sort(KEY_COLUMNS)
+    drift = [_drift_text(r, conditions) for r in drifted.head(DRIFT_LISTED).iter_rows(named=True)]
+    if drifted.height > DRIFT_LISTED:
+        drift.append(f"and {drifted.height - DRIFT_LISTED} more (the runs table's drift column)")
+    return {
+        "pairing": tables.get("pairing", "same-lease"),
+        "summary": summary,
+        "crossing": crossing,
+        "drifted": drift,
+        "leases": lease_table(runs, conditions),
+        "sentinels": sentinel_table(conditions),
+        "spreads": spread_table(speedup),
+        "marks": words.pairing_keys(speedup["pairing"].drop_nulls().to_list()),
+    }
 
 
 # ---- the other tables ------------------------------------------------------------------------------------------------
@@ -864,6 +1123,9 @@ RUN_COLUMNS = [
     "device",
     "variant",
     "seed",
+    "round",
+    "lease",
+    "drifted",
     "status",
     "epochs",
     "batch_size",
@@ -904,7 +1166,19 @@ def fits_table(fits: pl.DataFrame) -> dict:
         "Fits per source and variant: power laws log speedup = a + b · log size (estimate b); Amdahl GPU epoch = "
         "s + CPU epoch / k (estimate k, intercept s seconds); thread sweeps (estimate P).",
         fits,
-        ["source", "variant", "fit", "points", "estimate", "estimate_se", "intercept", "intercept_se", "r2", "note"],
+        [
+            "source",
+            "variant",
+            "fit",
+            "points",
+            "leases",
+            "estimate",
+            "estimate_se",
+            "intercept",
+            "intercept_se",
+            "r2",
+            "note",
+        ],
     )
 
 
@@ -1151,6 +1425,7 @@ def render(
         prediction=prediction_section(pred),
         warnings=warnings(tables),
         headline=headline(tables["speedup"], tolerance),
+        conditions=conditions_section(tables),
         tolerance=tolerance,
         figures=figures,
         fits=fits_table(tables["fits"]),

@@ -18,7 +18,7 @@ import polars as pl
 from gpuscale.analyze import paper
 from gpuscale.contract import fsutil
 
-TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling")
+TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling", "conditions")
 NOTES = "notes.json"
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
@@ -29,6 +29,9 @@ KEY_SCHEMA = {
     "device": pl.String,
     "variant": pl.String,
     "seed": pl.Int64,
+    "round": pl.Int64,  # the study's round (study.rounds: the same run repeated); 1 where the record has none
+    "lease": pl.String,  # the machine lease (boot id) it ran in, 'unknown' without one: a repeat in another lease is
+    # another run (gpuscale.aggregate.load_all)
     "sweep_parameter": pl.String,
     "sweep_value": pl.Int64,
 }
@@ -56,6 +59,7 @@ RUN_SCHEMA = {
     **KEY_SCHEMA,
     "status": pl.String,
     "not_measured_reason": pl.String,
+    "drifted": pl.Boolean,  # the after-sentinel moved beyond its noise; null without both sentinels
     "label": pl.String,
     "host": pl.String,
     "hostname": pl.String,
@@ -87,6 +91,7 @@ RUN_SCHEMA = {
     "epoch_seconds_mean": pl.Float64,
     "warmup_epoch_seconds": pl.Float64,
     "steady_epoch_seconds_median": pl.Float64,
+    "steady_epoch_log_sd": pl.Float64,  # sd of log(steady epoch seconds) within the run: epoch-to-epoch spread
     "total_eval_seconds": pl.Float64,
     "train_images_per_second": pl.Float64,
     "steady_images_per_second": pl.Float64,
@@ -174,6 +179,19 @@ FITS_SCHEMA = {
     "note": pl.String,
     "fit_id": pl.String,  # a Fit value
     "model": pl.String,  # the model of a per-model fit (threads), else null
+    "leases": pl.Int64,  # the machine leases the fitted speedups were paired in (null: a lease not recorded)
+}
+
+
+# One row per record, sentinel (before / after the job) and component: the machine state the run was measured in.
+CONDITIONS_SCHEMA = {
+    **KEY_SCHEMA,
+    "when": pl.String,  # before or after
+    "component": pl.String,  # a gpuscale.sentinel component
+    "value": pl.Float64,  # in base units (images/s, FLOP/s, bytes/s, s/op)
+    "unit": pl.String,
+    "faster": pl.String,  # higher or lower: which way a faster machine moves the value
+    "spread": pl.Float64,  # (max - min) / median over the sentinel's repeats
 }
 
 # The tables whose columns are fixed here; speedup, gains and sweeps are derived from runs by aggregate.
@@ -184,6 +202,7 @@ SCHEMAS = {
     "phases": PHASE_SCHEMA,
     "sampling": SAMPLING_SCHEMA,
     "scaling": SCALING_SCHEMA,
+    "conditions": CONDITIONS_SCHEMA,
 }
 
 

@@ -7,6 +7,7 @@ Torch-free and polars-free, so anything may import it.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 # column -> what a reader sees (unit in the words, never a bare identifier)
@@ -89,6 +90,38 @@ COLUMNS = {
     "gpu_seeds": "GPU seeds",
     "cpu_seeds": "CPU seeds",
     "gpu_not_measured_reason": "why the GPU was not measured",
+    # pairing by machine lease (issue 26)
+    "round": "round",
+    "rounds": "rounds",
+    "lease": "machine lease",
+    "drifted": "machine drifted during the job",
+    "steady_epoch_log_sd": "epoch-to-epoch spread (log sd)",
+    "pairing": "CPU and GPU paired",
+    "pairing_reason": "pairing note",
+    "leases": "machine leases",
+    "lease_ids": "leases paired in",
+    "cpu_lease_ids": "CPU leases",
+    "gpu_lease_ids": "GPU leases",
+    "epoch_spread": "spread: epoch to epoch",
+    "round_spread": "spread: round to round",
+    "seed_spread": "spread: seed to seed",
+    "lease_spread": "spread: lease to lease",
+    "speedup_interval_low": "speedup, interval with every spread, low (×)",
+    "speedup_interval_high": "speedup, interval with every spread, high (×)",
+    "when": "sentinel",
+    "component": "sentinel component",
+    "unit": "unit",
+    "faster": "faster machine: value",
+    "spread": "sentinel's own spread",
+    "records": "records",
+    "sentinel_value": "sentinel figure (median over records)",
+    "between_records": "spread between records",
+    "own_spread": "sentinel's own spread (median)",
+    "devices": "devices",
+    "first_started": "first run started",
+    "last_finished": "last run finished",
+    "drifted_records": "records that drifted",
+    "sentinel_records": "records with sentinels",
     # fits
     "fit": "fit",
     "ok": "fitted",
@@ -328,6 +361,55 @@ def variant_key(styles: dict[str, tuple[list[int], str]]) -> str:
         for v, (dash, shape) in styles.items()
     ]
     return "variant: " + ", ".join(parts)
+
+
+# ---- pairing by machine lease: the marks a figure carries wherever it is shown -----------------------------------
+PAIRING_MARKS = {"cross-lease": "†", "unknown": "‡"}
+PAIRING_KEY = {
+    "cross-lease": "† crosses machine leases: CPU and GPU timed in different leases (report.pairing: any)",
+    "unknown": "‡ lease not recorded",
+}
+PAIRING_WORDS = {
+    "same-lease": "within one machine lease",
+    "cross-lease": "across machine leases †",
+    "unknown": "lease not recorded ‡",
+}
+# gpuscale.sentinel's components as a reader reads them (that module needs torch; the words live here)
+SENTINEL_COMPONENTS = {
+    "pipeline_one_process": "input pipeline, one process",
+    "pipeline_workers": "input pipeline, loader workers",
+    "cpu_training": "CPU training arithmetic",
+    "memory_bandwidth": "memory bandwidth, one core",
+    "gpu_launch": "GPU launch cost",
+    "gpu_matmul": "GPU matrix product",
+    "host_to_device": "host-to-device copy",
+}
+
+
+def pairing_mark(pairing: str | None) -> str:
+    """'†' for a figure that crosses leases, '‡' for one whose lease was not recorded, '' otherwise."""
+    return PAIRING_MARKS.get(pairing or "", "")
+
+
+def pairing_keys(pairings) -> list[str]:
+    """The key line of every mark among `pairings`, in a fixed order."""
+    found = set(pairings)
+    return [line for pairing, line in PAIRING_KEY.items() if pairing in found]
+
+
+def sentinel_component(name: str) -> str:
+    return SENTINEL_COMPONENTS.get(name, name.replace("_", " "))
+
+
+def spread(log_sd: float | None) -> str:
+    """A spread on the log scale as the factor it moves a figure by, one sd: 0.095 -> '±10%'."""
+    if log_sd is None:
+        return "—"
+    return f"±{math.exp(log_sd) - 1:.0%}"
+
+
+def interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f"[{low:.1f}–{high:.1f}]"
 
 
 # ---- numbers as a reader reads them ---------------------------------------------------------------------------------

@@ -63,5 +63,6 @@ def run(args) -> int:
         Path(args.metrics),
         report.accuracy_tolerance,
         skip_bad=report.skip_bad_records,
+        pairing=report.pairing,
     )
     return 0

@@ -30,7 +30,7 @@ def run(args) -> int:
     import torch
 
     from gpuscale.commands import load_typed
-    from gpuscale.contract import fsutil
+    from gpuscale.contract import conditions, fsutil
     from gpuscale.measure import envinfo, sentinel, timinglock
     from gpuscale.measure import train as train_mod
 
@@ -44,7 +44,7 @@ def run(args) -> int:
     with timinglock.hold():  # it times the machine: never beside a timing job
         doc = sentinel.measure(config.train, device)
     doc["lease"] = envinfo.boot_id() or "unknown"
-    print(sentinel.table(doc))
+    print(conditions.table(doc))
     print(f"lease (boot id): {doc['lease']}")
     if args.out:
         fsutil.write_json(args.out, doc)

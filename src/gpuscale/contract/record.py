@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuscale.contract import fsutil
+from gpuscale.contract import conditions, fsutil
 
 DATA_FILES = ("contract/schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
 SCHEMA_VERSION = 4
@@ -219,7 +219,7 @@ def measured(
     conditions: dict,
 ) -> dict:
     """The record of a measured run; `segments` are the processes that timed its epochs (resume); `conditions` the
-    lease and the sentinels around the job (gpuscale.measure.sentinel.conditions)."""
+    lease and the sentinels around the job (gpuscale.contract.conditions.conditions)."""
     return {
         **base,
         "status": "measured",
@@ -292,6 +292,15 @@ def write(path: Path | str, record: dict) -> None:
     fsutil.write_json(path, record)
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _not_finite(constant: str):
+    """json's hook for NaN, Infinity and -Infinity, which Python reads but no timing can be."""
+    raise _NotFinite(constant)
+
+
 def load(path: Path | str) -> dict:
     path = Path(path)
     try:
@@ -301,7 +310,9 @@ def load(path: Path | str) -> dict:
     except UnicodeDecodeError as err:
         raise RecordError(f"{path}: not UTF-8 text (bad byte at offset {err.start}), so not a run record") from None
     try:
-        record = json.loads(text)
+        record = json.loads(text, parse_constant=_not_finite)
+    except _NotFinite as err:
+        raise RecordError(f"{path}: holds {err}, not a finite number; a record's figures are finite") from None
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg}); truncated or hand-edited?") from None
     except RecursionError:
@@ -324,15 +335,18 @@ def upgrade(record: dict) -> dict:
     (None) or their neutral value; schema_version is kept as written.
 
     3 -> 4 added conditions (the lease and the sentinels; an older record's lease is its environment.boot_id where
-    it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round).
+    it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round). A record's
+    `drifted` and `drift` are derived from its two sentinels, so they are judged again here by the components and
+    rule of gpuscale.conditions (the first sentinel had components since dropped).
     2 -> 3 added step marks, process.segments and distributed (a single process: None).
     1 -> 2 added the phase profile, energy, variant details and sampled epochs (never sampled: False).
     """
     record = {**record, "epochs": [dict(e) for e in record["epochs"]]}
-    record.setdefault(
-        "conditions",
-        {"lease": lease_of(record.get("environment")), "before": None, "after": None, "drifted": None, "drift": {}},
-    )
+    if record.get("conditions"):  # drift is derived: judged again by today's components and rule
+        state = record["conditions"]
+        record["conditions"] = conditions.conditions(state["lease"], state["before"], state["after"])
+    else:
+        record["conditions"] = conditions.conditions(lease_of(record.get("environment")), None, None)
     for name in ("phase_profile", "energy", "variant", "distributed"):
         record.setdefault(name, None)
     for epoch in record["epochs"]:
@@ -344,6 +358,35 @@ def upgrade(record: dict) -> dict:
     if record["timing"] is not None:
         record["timing"] = {"extrapolated": False, **record["timing"]}
     return record
+
+
+def expected_name(record: dict) -> str:
+    """The file name a record of this key has in a runs folder (record_path, sweep_record_path)."""
+    k = record["key"]
+    if k.get("sweep"):
+        return Path(
+            sweep_record_path(
+                k["model"], k["device"], k["sweep"]["parameter"], k["sweep"]["value"], k["variant"], k["seed"]
+            )
+        ).name
+    return Path(record_path(k["model"], k["device"], k["variant"], k["seed"], round=k.get("round", 1))).name
+
+
+def misplaced(path: Path | str, record: dict) -> str | None:
+    """Why a record under a `runs/` folder does not lie where its key says (runs/<model>/<device>/<name>.json), or
+    None (also for a record outside any runs folder: its place says nothing)."""
+    parts = Path(path).parts
+    if "runs" not in parts[:-1]:
+        return None
+    where = parts[len(parts) - 1 - parts[::-1].index("runs") :]
+    k = record["key"]
+    expected = ("runs", k["model"], k["device"], expected_name(record))
+    if tuple(where) != expected:
+        return (
+            f"{path}: its key says {'/'.join(expected)} but it lies at {'/'.join(where)}; "
+            "a renamed or copied record: move it back or remove it"
+        )
+    return None
 
 
 def key(record: dict) -> tuple:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gpuscale.contract import fsutil
+from gpuscale.contract import conditions, fsutil
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import envinfo, sentinel
 from gpuscale.models import nets
@@ -397,13 +397,7 @@ def run(
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
-        before = sentinel.measure(train, device)
-        _measure(doc, device, device_slug, train, budget_seconds, quick)
-        after = sentinel.measure(train, device)
-        doc["conditions"] = sentinel.conditions(doc["environment"].get("boot_id"), before, after)
-        drifted = sentinel.drift_line(doc["conditions"])
-        if drifted:
-            log.warning("probe %s: %s", device_slug, drifted.replace("this job", "this probe"))
+        _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
@@ -413,7 +407,18 @@ def _not_measured(doc: dict, device_slug: str, reason: str) -> None:
     log.warning("probe: %s not measured: %s", device_slug, reason)
     doc.update(status="not_measured", not_measured_reason=reason)
     doc["environment"] = {"host_fingerprint": envinfo.host_fingerprint(), "hardware": envinfo.hardware()}
-    doc["conditions"] = sentinel.conditions(envinfo.boot_id(), None, None)
+    doc["conditions"] = conditions.conditions(envinfo.boot_id(), None, None)
+
+
+def _measure_witnessed(doc: dict, device, device_slug: str, train: TrainSettings, budget: float, quick: bool) -> None:
+    """_measure between two sentinels (gpuscale.measure.sentinel): the probe's lease and whether the machine drifted."""
+    before = sentinel.measure(train, device)
+    _measure(doc, device, device_slug, train, budget, quick)
+    after = sentinel.measure(train, device)
+    doc["conditions"] = conditions.conditions(doc["environment"].get("boot_id"), before, after)
+    drifted = conditions.drift_line(doc["conditions"])
+    if drifted:
+        log.warning("probe %s: %s", device_slug, drifted.replace("this job", "this probe"))
 
 
 def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gpuscale.contract import record, sampling
+from gpuscale.contract import conditions, record, sampling
 from gpuscale.contract.settings import DeviceSpec, RunSettings, TrainSettings
 from gpuscale.inputs import data as data_stage
 from gpuscale.measure import energy, envinfo, eta, loaders, sentinel, timinglock, variants
@@ -468,8 +468,8 @@ def _run(
     meters = energy.gpu_meter(run_ctx.device), energy.cpu_meter()
     epochs, segments, ckpt = train_epochs(run_ctx, training, meters, manifest_sha256)
     phase_profile = profile(run_ctx, training, epochs)
-    conditions = sentinel.conditions(environment.get("boot_id"), before, take_sentinel(run_ctx, "after"))
-    result = measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, conditions)
+    state = conditions.conditions(environment.get("boot_id"), before, take_sentinel(run_ctx, "after"))
+    result = measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, state)
     if ctx is not None and not ctx.is_main:
         return result  # rank 0 writes the one record
     record.write(out, result)
@@ -478,7 +478,7 @@ def _run(
     checkpoint.discard(out, "the run finished")  # also one left by a killed run that had runtime.resume on
     total = result["timing"]["total_train_seconds"]
     log.info("%s %.2f s training in %d epochs -> %s", run_ctx.tag, total, run_ctx.train.epochs, out)
-    drifted = sentinel.drift_line(conditions)
+    drifted = conditions.drift_line(state)
     if drifted:
         log.warning("%s %s", run_ctx.tag, drifted)
     return result
@@ -489,7 +489,7 @@ def take_sentinel(run_ctx: RunContext, when: str) -> dict | None:
     if run_ctx.ctx is not None and not run_ctx.ctx.is_main:
         return None
     doc = sentinel.measure(run_ctx.train, run_ctx.device)
-    parts = ", ".join(f"{name} {sentinel.format_value(name, c['value'])}" for name, c in doc["components"].items())
+    parts = ", ".join(f"{name} {conditions.format_value(name, c['value'])}" for name, c in doc["components"].items())
     log.info("%s sentinel %s (%.1f s): %s", run_ctx.tag, when, doc["seconds"], parts)
     return doc
 
@@ -795,7 +795,7 @@ def profile(run_ctx: RunContext, training: Training, epochs: list[dict]) -> dict
     return phase_profile
 
 
-def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, conditions) -> dict:
+def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, state) -> dict:
     clock = "perf_counter after torch.cuda.synchronize" if run_ctx.device.type == "cuda" else "perf_counter"
     wall_seconds = time.perf_counter() - run_ctx.wall_start
     return record.measured(
@@ -809,5 +809,5 @@ def measured_record(run_ctx, base, environment, epochs, segments, phase_profile,
         distributed=run_ctx.distributed,
         segments=segments,
         finished_at=now_iso(),
-        conditions=conditions,
+        conditions=state,
     )

@@ -1,0 +1,288 @@
+"""CPU and GPU paired within one machine lease (issue 26): records of two leases built by hand, the pairing, its
+marks, the spreads and the interval arithmetic on known numbers, and the refusal to cross leases silently."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+import records
+
+from gpuscale import aggregate, analysis, report, words
+
+A, B = "a" * 8 + "-1111-2222-3333-444444444444", "b" * 8 + "-5555-6666-7777-888888888888"
+Z = analysis.Z95
+
+
+def run(tmp_path, recs, pairing="same-lease"):
+    paths = [records.write(tmp_path / "runs", rec) for rec in recs]
+    return aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02, pairing=pairing)
+
+
+def two_leases() -> list[dict]:
+    """resnet18 in lease A (two seeds a side) and lease B (one seed a side)."""
+    make = records.make
+    return [
+        make("resnet18", "cpu", [40.0, 36.0, 44.0], seed=0, lease=A),  # mean 40; steady epochs 36, 44
+        make("resnet18", "cpu", [44.0, 44.0, 44.0], seed=1, lease=A),
+        make("resnet18", "cuda", [4.0, 4.0, 4.0], seed=0, lease=A),
+        make("resnet18", "cuda", [6.0, 6.0, 6.0], seed=1, lease=A),
+        make("resnet18", "cpu", [30.0, 30.0, 30.0], seed=0, lease=B, round_=2),
+        make("resnet18", "cuda", [5.0, 5.0, 5.0], seed=0, lease=B, round_=2),
+    ]
+
+
+def test_each_lease_pairs_its_own_halves_and_the_speedup_is_the_median_over_leases(tmp_path):
+    row = run(tmp_path, two_leases())["speedup"].row(0, named=True)
+    lease_a, lease_b = 42.0 / 5.0, 30.0 / 5.0  # median CPU / median GPU epoch within each lease: 8.4 and 6.0
+    assert row["pairing"] == "same-lease" and row["leases"] == 2 and row["pairing_reason"] is None
+    assert row["lease_ids"] == f"{A}, {B}"
+    assert row["speedup"] == pytest.approx(math.sqrt(lease_a * lease_b))  # two leases: their geometric mean
+    assert row["rounds"] == 2
+
+
+def test_every_spread_on_its_own_and_the_interval_that_holds_them(tmp_path):
+    row = run(tmp_path, two_leases())["speedup"].row(0, named=True)
+    # lease to lease: the sd of the two leases' log speedups
+    lease = abs(math.log(8.4 / 6.0)) / math.sqrt(2)
+    assert row["lease_spread"] == pytest.approx(lease)
+    # epoch to epoch: one CPU run has steady epochs 36 and 44, the other four runs none that differ; pooled over
+    # the three CPU runs, the GPU's zero added in quadrature
+    one_run = abs(math.log(44.0 / 36.0)) / math.sqrt(2)
+    epoch = math.sqrt(one_run**2 / 3)
+    assert row["epoch_spread"] == pytest.approx(epoch)
+    # seed to seed: only lease A has two seeds in one round: CPU 40 and 44, GPU 4 and 6, in quadrature
+    seed = math.hypot(math.log(44 / 40) / math.sqrt(2), math.log(6 / 4) / math.sqrt(2))
+    assert row["seed_spread"] == pytest.approx(seed)
+    assert row["round_spread"] is None  # no seed of one lease was repeated in a second round
+    # the interval: speedup × exp(±1.96 √(epoch² + lease²)), widened to hold the bootstrap over seeds
+    speedup, total = row["speedup"], math.hypot(epoch, lease)
+    assert row["speedup_interval_low"] == pytest.approx(min(speedup * math.exp(-Z * total), row["speedup_ci_low"]))
+    assert row["speedup_interval_high"] == pytest.approx(max(speedup * math.exp(Z * total), row["speedup_ci_high"]))
+    assert (
+        row["speedup_interval_low"] <= row["speedup_ci_low"] <= row["speedup_ci_high"] <= row["speedup_interval_high"]
+    )
+
+
+def test_the_same_run_repeated_in_another_lease_is_a_second_run_paired_in_its_own_lease(tmp_path):
+    make = records.make
+    paths = [
+        records.write(tmp_path / lease[:8] / "runs", make("resnet18", device, [seconds] * 2, lease=lease))
+        for lease, device, seconds in ((A, "cpu", 40.0), (A, "cuda", 4.0), (B, "cpu", 30.0), (B, "cuda", 5.0))
+    ]
+    out = aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02)
+    assert out["runs"].select("device", "lease").rows() == [("cpu", A), ("cpu", B), ("cuda", A), ("cuda", B)]
+    row = out["speedup"].row(0, named=True)
+    assert row["leases"] == 2 and row["speedup"] == pytest.approx(math.sqrt(10.0 * 6.0))
+    assert row["lease_spread"] == pytest.approx(math.log(10.0 / 6.0) / math.sqrt(2))
+
+
+def test_the_combined_interval_on_hand_made_numbers():
+    low, high = analysis.combined_interval(10.0, (0.3, None, 0.4))  # √(0.3² + 0.4²) = 0.5
+    assert (low, high) == pytest.approx((10.0 * math.exp(-Z * 0.5), 10.0 * math.exp(Z * 0.5)))
+    assert analysis.combined_interval(10.0, (0.0,), 9.0, 30.0) == pytest.approx((9.0, 30.0))  # the bootstrap wider
+    assert analysis.combined_interval(10.0, (None, None)) == (None, None)
+    assert analysis.combined_interval(None, (0.1,)) == (None, None)
+    assert analysis.log_median([2.0, 8.0]) == pytest.approx(4.0) and analysis.log_median([1.0, 2.0, 9.0]) == 2.0
+    assert analysis.pooled_log_sd([[1.0, math.e], [5.0]]) == pytest.approx(1 / math.sqrt(2))
+
+
+def test_rounds_give_the_round_to_round_spread(tmp_path):
+    make = records.make
+    recs = [
+        make("simplecnn", "cpu", [10.0, 10.0], lease=A),
+        make("simplecnn", "cpu", [12.0, 12.0], lease=A, round_=2),
+        make("simplecnn", "cuda", [2.0, 2.0], lease=A),
+        make("simplecnn", "cuda", [2.0, 2.0], lease=A, round_=2),
+    ]
+    out = run(tmp_path, recs)
+    assert sorted(out["runs"]["round"].to_list()) == [1, 1, 2, 2]
+    row = out["speedup"].row(0, named=True)
+    assert row["speedup"] == pytest.approx(11.0 / 2.0) and row["rounds"] == 2 and row["leases"] == 1
+    round_spread = math.log(12 / 10) / math.sqrt(2)
+    assert row["round_spread"] == pytest.approx(round_spread)
+    assert row["epoch_spread"] is None and row["lease_spread"] is None  # one steady epoch a run, one lease
+    assert row["speedup_interval_high"] == pytest.approx(max(5.5 * math.exp(Z * round_spread), row["speedup_ci_high"]))
+
+
+def test_halves_only_in_different_leases_are_refused_and_listed_with_the_reason(tmp_path):
+    recs = [
+        records.make("resnet18", "cpu", [40.0, 40.0], lease=A),
+        records.make("resnet18", "cuda", [4.0, 4.0], lease=B),
+    ]
+    row = run(tmp_path, recs)["speedup"].row(0, named=True)
+    assert row["speedup"] is None and row["steady_speedup"] is None and row["pairing"] is None
+    assert row["cpu_epoch_seconds"] == 40.0 and row["gpu_epoch_seconds"] == 4.0  # both halves still shown
+    assert row["pairing_reason"] == (
+        "CPU in lease aaaaaaaa…, GPU in lease bbbbbbbb…: no same-lease pair; report.pairing: any pairs them, "
+        "marked cross-lease"
+    )
+    assert row["speedup_interval_low"] is None and row["leases"] is None
+    chip = report._chip(row)
+    assert chip["value"] == "—" and "no same-lease pair" in chip["detail"]
+
+
+def test_pairing_any_crosses_leases_and_says_so(tmp_path):
+    recs = [
+        records.make("resnet18", "cpu", [40.0, 40.0], lease=A),
+        records.make("resnet18", "cuda", [4.0, 4.0], lease=B),
+    ]
+    out = run(tmp_path, recs, pairing="any")
+    row = out["speedup"].row(0, named=True)
+    assert row["pairing"] == "cross-lease" and row["speedup"] == pytest.approx(10.0) and row["leases"] == 0
+    assert row["cpu_lease_ids"] == A and row["gpu_lease_ids"] == B
+    assert "paired across leases" in row["pairing_reason"]
+    assert out["pairing"] == "any"
+
+
+def test_a_lease_not_recorded_pairs_as_unknown(tmp_path):
+    recs = [records.make("resnet18", "cpu", [40.0, 40.0]), records.make("resnet18", "cuda", [4.0, 4.0], lease=B)]
+    row = run(tmp_path, recs)["speedup"].row(0, named=True)
+    assert row["pairing"] == "unknown" and row["speedup"] == pytest.approx(10.0) and row["leases"] is None
+    assert row["cpu_lease_ids"] == "unknown"
+
+
+def test_runs_in_a_lease_without_the_other_half_are_left_out_and_counted(tmp_path):
+    recs = [
+        records.make("resnet18", "cpu", [40.0, 40.0], lease=A),
+        records.make("resnet18", "cuda", [4.0, 4.0], lease=A),
+        records.make("resnet18", "cuda", [8.0, 8.0], lease=B, round_=2),
+    ]
+    row = run(tmp_path, recs)["speedup"].row(0, named=True)
+    assert row["speedup"] == pytest.approx(10.0) and row["gpu_seeds"] == 1 and row["gpu_lease_ids"] == A
+    assert row["pairing_reason"] == "1 run(s) in leases without the other device left out (same-lease pairs only)"
+
+
+def test_runs_carry_their_lease_round_and_drift_and_the_sentinels_are_a_table(tmp_path):
+    before = records.sentinel({"pipeline_one_process": 2000.0, "cpu_training": 5e10})
+    after = records.sentinel({"pipeline_one_process": 1500.0, "cpu_training": 5e10})
+    cpu = records.in_lease(records.make("resnet18", "cpu", [40.0, 40.0]), A, before, after, drifted=True)
+    old = records.make("resnet18", "cuda", [4.0, 4.0])  # made before schema 4: no boot id, no sentinel
+    out = run(tmp_path, [cpu, old])
+    runs = {r["device"]: r for r in out["runs"].iter_rows(named=True)}
+    assert (runs["cpu"]["lease"], runs["cpu"]["drifted"], runs["cpu"]["round"]) == (A, True, 1)
+    assert (runs["cuda"]["lease"], runs["cuda"]["drifted"]) == ("unknown", None)
+    conditions = out["conditions"]
+    assert conditions.height == 4 and set(conditions["device"]) == {"cpu"}
+    first = conditions.filter((pl.col("when") == "after") & (pl.col("component") == "pipeline_one_process"))
+    row = first.row(0, named=True)
+    assert (row["lease"], row["value"], row["unit"], row["faster"], row["spread"]) == (
+        A,
+        1500.0,
+        "images/s",
+        "higher",
+        0.01,
+    )
+
+
+def test_fits_say_how_many_leases_their_models_span(tmp_path):
+    make = records.make
+    recs = []
+    for lease, (model, speedup) in zip((A, A, B), records.SPEEDUPS.items(), strict=True):
+        cpu = records.CPU_EPOCH[model]
+        recs += [make(model, "cpu", [cpu, cpu], lease=lease), make(model, "cuda", [cpu / speedup] * 2, lease=lease)]
+    fits = run(tmp_path, recs)["fits"].filter(
+        (pl.col("source") == "this host") & pl.col("fit_id").is_in(["scaling_flops", "amdahl"])
+    )
+    assert fits["leases"].to_list() == [2, 2]
+    assert fits["note"].str.contains("span 2 machine leases").all()
+
+
+# ---- the marks and the conditions section ---------------------------------------------------------------------------
+def mixed_study() -> list[dict]:
+    """simplecnn paired within lease A; resnet18's CPU in lease A and GPU in lease B; resnet50 with no lease recorded.
+    Every record of lease A carries sentinels, one drifted."""
+    make = records.make
+    before = records.sentinel({"pipeline_one_process": 2000.0, "memory_bandwidth": 2e10, "cpu_training": 5e10})
+    after = records.sentinel({"pipeline_one_process": 1500.0, "memory_bandwidth": 2.2e10, "cpu_training": 4e10})
+    steady = records.sentinel({"pipeline_one_process": 2200.0, "memory_bandwidth": 2e10, "cpu_training": 5e10})
+    cpu = records.in_lease(make("simplecnn", "cpu", [12.0, 12.0]), A, before, after, drifted=True)
+    return [
+        cpu,
+        records.in_lease(make("simplecnn", "cuda", [6.0, 6.0]), A, steady, steady, drifted=False),
+        records.in_lease(make("resnet18", "cpu", [45.0, 45.0]), A, steady, steady, drifted=False),
+        make("resnet18", "cuda", [4.5, 4.5], lease=B),
+        make("resnet50", "cpu", [500.0, 500.0]),
+        make("resnet50", "cuda", [12.5, 12.5]),
+    ]
+
+
+def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_path):
+    from gpuscale import charts, docs
+
+    tables = run(tmp_path, mixed_study(), pairing="any")
+    assert dict(zip(tables["speedup"]["model"], tables["speedup"]["pairing"], strict=True)) == {
+        "simplecnn": "same-lease",
+        "resnet18": "cross-lease",
+        "resnet50": "unknown",
+    }
+    key = report.key_results(tables)
+    marks = {c["model"]: (c["value"], c["mark"]) for c in key["sources"][0]["variants"][0]["chips"]}
+    assert marks == {"simplecnn": ("2.0×", ""), "resnet18": ("10.0×", "†"), "resnet50": ("40.0×", "‡")}
+    assert [m[0] for m in key["marks"]] == ["†", "‡"] and "crosses machine leases" in key["marks"][0]
+    assert "this host: 2 machine leases, 2 record(s) without one" in key["conditions"]
+    assert "1 figure(s) cross leases †" in key["conditions"] and "1 record(s) drifted" in key["conditions"]
+    head = report.headline(tables["speedup"], 0.02)
+    cells = {r["model"]: r["cells"][1]["mark"] for r in head["rows"]}
+    assert cells == {"simplecnn": "", "resnet18": "†", "resnet50": "‡"} and len(head["marks"]) == 2
+    assert any("paired across leases" in n for r in head["rows"] for n in r["notes"])
+    flops = charts.spec(charts.build(aggregate.read_tables(tmp_path / "tables"), 0.02)["speedup_vs_flops"])
+    assert any("ringed †" in line for line in flops["title"]["subtitle"])
+    rings = [layer for layer in flops["layer"] if (layer.get("mark") or {}).get("size") == charts.CROSSING_RING]
+    assert len(rings) == 1
+    readme = docs.readme_headline(aggregate.read_tables(tmp_path / "tables"))
+    assert "**10.0×**†" in readme and "**40.0×**‡" in readme and "**2.0×** " in readme
+    assert "† crosses machine leases" in readme.splitlines()[-1]
+
+
+def test_same_lease_mode_lists_the_crossing_model_as_missing_on_every_page(tmp_path):
+    tables = run(tmp_path, mixed_study())
+    key = report.key_results(tables)
+    chip = next(c for c in key["sources"][0]["variants"][0]["chips"] if c["model"] == "resnet18")
+    assert (chip["value"], chip["mark"], chip["detail"]) == ("—", "", "no same-lease pair")
+    assert key["marks"] == [words.PAIRING_KEY["unknown"]]  # nothing crosses: only resnet50's unknown lease
+    head = report.headline(tables["speedup"], 0.02)
+    notes = next(r["notes"] for r in head["rows"] if r["model"] == "resnet18")
+    assert any("no same-lease pair; report.pairing: any pairs them" in n for n in notes)
+    section = report.conditions_section(tables)
+    assert "1 model(s) without a same-lease pair (no speedup)" in section["summary"][0]
+    assert any(line.startswith("this host, paper, resnet18: CPU in lease aaaaaaaa…") for line in section["crossing"])
+
+
+def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spreads(tmp_path):
+    tables = run(tmp_path, mixed_study())
+    section = report.conditions_section(tables)
+    sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
+    # per device: the CPU jobs' before-sentinels of lease A (2000 and 2200: median 2,100, (2200 − 2000) / 2100
+    # between them), the GPU job's apart
+    cpu = ["this host", "input pipeline, one process", "CPU", "aaaaaaaa…", "2", "2,100 images/s", "9.5%", "1.0%"]
+    gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
+    assert cpu in sentinels and gpu in sentinels
+    assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
+    (drift,) = section["drifted"]
+    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness
+    assert drift == (
+        "this host: simplecnn on CPU (paper, seed 0) in lease aaaaaaaa…: input pipeline, one process ×0.75, "
+        "memory bandwidth, one core ×1.10"
+    )
+    leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
+    assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]
+    assert "spread: lease to lease" in section["spreads"]["header"]
+
+
+def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
+    from conftest import REPO
+
+    from gpuscale import charts
+    from gpuscale.contract import params
+
+    paths = [records.write(tmp_path / "runs", rec) for rec in mixed_study()]
+    aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02, pairing="any")
+    charts.run(tmp_path / "tables", tmp_path / "charts", 0.02)
+    config = params.load([REPO / "params.yaml"])
+    out = report.run(tmp_path / "tables", tmp_path / "charts", tmp_path / "index.html", config, [])
+    html = out.read_text()
+    assert '<section id="conditions">' in html and "Measurement conditions" in html
+    assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
+    assert "2,200 images/s" in html and "· 2 machine leases, 2 record(s) without one;" in html
