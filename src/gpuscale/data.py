@@ -536,14 +536,16 @@ def imagefolder(settings: DataSettings) -> Dataset:
     images = [i for i in found if Path(i.name).suffix.lower() in IMAGE_SUFFIXES]
     others = [i.name for i in found if Path(i.name).suffix.lower() not in IMAGE_SUFFIXES]
     _refuse_or_skip_strays(root, mode, others, strays)
+    classes = _imagefolder_classes(root, images, folders)
+    arrays, converted = _decode_splits(root, images, classes, mode)
+    # Said once the source is read whole, so that a source refused later ends in its one line alone.
     for what, names in (
+        ("file(s) outside train/<class>/ and test/<class>/ skipped (data.image_mode: convert)", [s for s, _ in strays]),
         ("hidden file(s) (dot files, ._ resource forks, __MACOSX/)", left_out["hidden"]),
         ("repeated zip member(s) with identical contents, each read once", left_out["repeated"]),
     ):
         if names:
             log.warning("%s: %d %s, e.g. %s", root, len(names), what, names[0])
-    classes = _imagefolder_classes(root, images, folders)
-    arrays, converted = _decode_splits(root, images, classes, mode)
     if converted:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(k for k, _ in converted).items()))
         log.warning(
@@ -586,12 +588,6 @@ def _refuse_or_skip_strays(root: Path, mode: str, others: list[str], strays: lis
         raise DataError(
             f"{root}: {name} {why}; move or remove it, or set data.image_mode: convert to skip such files "
             f"({len(strays)} in all)"
-        )
-    if strays:
-        log.warning(
-            "%d file(s) outside train/<class>/ and test/<class>/ skipped (data.image_mode: convert), e.g. %s",
-            len(strays),
-            strays[0][0],
         )
 
 
