@@ -196,3 +196,29 @@ def test_the_yaml_1_2_reading_is_ruamel_yamls(text):
         assert value is expected, (text, value, expected)
     else:
         assert params._same(value, expected), (text, value, expected)
+
+
+NEAR_KEYS = [
+    ("train: {epoch: 3}", "line 1: train.epoch: unknown key; did you mean train.epochs?"),
+    ("models: {resnet18: {epoch: 3}}", "models.resnet18.epoch: unknown key; did you mean models.resnet18.epochs?"),
+    ("sweeps: {train: {epoch: 3}}", "sweeps.train.epoch: unknown key; did you mean sweeps.train.epochs?"),
+    ("variants: {paper: {precison: fp32}}", "did you mean variants.paper.precision?"),
+    ("epochs: 3", "epochs: unknown key; did you mean train.epochs or sweeps.train.epochs?"),
+    ("lr: 0.1", "lr: unknown key; did you mean train.optimizer.lr"),
+    ("train.epochs: 3", "train.epochs: unknown key; write it nested (train: {epochs: ...})"),
+    ("models: {resnt18: {epochs: 3}}", "models.resnt18: unknown model 'resnt18'; did you mean resnet18?"),
+    ("study: {models: [resnt18]}", "study.models.0: unknown model 'resnt18'; did you mean resnet18?"),
+    ("study: {variants: [tunned]}", "study.variants.0: 'tunned' is not defined under variants; did you mean tuned?"),
+    ("sweeps: {variant: papr}", "sweeps.variant: 'papr' is not defined under variants; did you mean paper?"),
+    ("train:\n  batch_size: 8\n  epochs: 0", "line 3: train.epochs: 0 is out of range (allowed: >= 1)"),
+]
+
+
+@pytest.mark.parametrize("text, expected", NEAR_KEYS, ids=[t for t, _ in NEAR_KEYS])
+def test_a_key_or_name_near_a_known_one_is_named_with_the_file_and_line_that_set_it(tmp_path, capsys, text, expected):
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text(text + "\n")
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)]) == 2
+    logging.getLogger().handlers.clear()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{overlay}: " in err and expected in err, err

@@ -28,7 +28,13 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 
 class ParamsError(ValueError):
-    """A params file that cannot be used; str() is the one line shown to the user."""
+    """A params file that cannot be used; str() is the one line shown to the user. key_path: the key it names
+    (a tuple), where known; detail: the line without the file it was found in."""
+
+    def __init__(self, message: str, key_path: tuple | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.key_path = key_path
+        self.detail = detail if detail is not None else message
 
 
 @functools.cache
@@ -58,6 +64,7 @@ def read_yaml(path: Path) -> dict:
     except UnicodeDecodeError as err:
         raise ParamsError(f"{path}: not UTF-8 text (bad byte at offset {err.start}); save it as UTF-8 YAML") from None
     loader = _Loader(text)
+    _POSITIONS[str(path)] = {}
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -261,6 +268,11 @@ def _fix(path: tuple, text: str, readings: list[tuple[str, Any]]) -> str:
     return "write " + ", or ".join(choices)
 
 
+# The line of every key of the params files read in this process: {file: {key path: line}}, so that a schema
+# error in a merged config names the file and line that set the key.
+_POSITIONS: dict[str, dict[tuple, int]] = {}
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader that remembers which scalars were plain (untagged, unquoted): the ones YAML 1.1 and
     1.2 resolve by pattern."""
@@ -307,6 +319,7 @@ def _check_node(node, path: Path, where: tuple, loader: _Loader, seen: set, ance
                 )
             if name is not None:
                 keys[name] = key.start_mark.line + 1
+                _POSITIONS.setdefault(str(path), {})[(*where, name)] = key.start_mark.line + 1
                 _check_node(value, path, (*where, name), loader, seen, ancestors)
 
 
@@ -376,8 +389,24 @@ def load(paths: list[Path] | tuple[Path, ...] = (DEFAULT_PARAMS,)) -> dict:
     config: dict = {}
     for path in paths:
         config = deep_merge(config, read_yaml(path))
-    validate(config, source=", ".join(str(p) for p in paths))
+    try:
+        validate(config, source=", ".join(str(p) for p in paths))
+    except ParamsError as err:
+        where = _where(paths, err.key_path) if err.key_path is not None else None
+        if where:
+            raise ParamsError(f"{where}: {err.detail}", err.key_path) from None
+        raise
     return config
+
+
+def _where(paths, key_path: tuple) -> str | None:
+    """'overlay.yaml: line 3' of the last file that sets key_path (or the nearest key above it), or None."""
+    for length in range(len(key_path), 0, -1):
+        for path in reversed(list(paths)):
+            line = _POSITIONS.get(str(path), {}).get(tuple(key_path[:length]))
+            if line:
+                return f"{path}: line {line}"
+    return None
 
 
 def _key_path(parts) -> str:
@@ -394,7 +423,7 @@ def _describe(error) -> str:
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
         key = extra[0] if extra else "?"
         close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f"; did you mean {_key_path(path + [close[0]])}?" if close else ""
+        hint = f"; did you mean {_key_path(path + [close[0]])}?" if close else _elsewhere(path, str(key))
         return f"{_key_path(path + [key])}: unknown key{hint} (allowed here: {', '.join(allowed)})"
     if validator == "required":
         missing = re.findall(r"'([^']+)' is a required property", error.message)
@@ -422,8 +451,38 @@ def _describe(error) -> str:
     return f"{_key_path(path)}: {error.message}"
 
 
+def _schema_keys(node: dict, prefix: tuple = ()) -> list[tuple]:
+    """Every key path the schema names (train.optimizer.lr), models.<name> and variants.<name> as '<name>'."""
+    out = []
+    for sub in _schema_alternatives(node):
+        for name, child in sub.get("properties", {}).items():
+            out += [(*prefix, name), *_schema_keys(child, (*prefix, name))]
+        if isinstance(sub.get("additionalProperties"), dict):
+            out += _schema_keys(sub["additionalProperties"], (*prefix, "<name>"))
+    return list(dict.fromkeys(out))
+
+
+def _elsewhere(path: list, key: str) -> str:
+    """'; write it nested: train: {epochs: ...}' for a dotted key, '; did you mean train.epochs?' for a key of
+    another section, or ''."""
+    known = _schema_keys(schema())
+    dotted = tuple(path) + tuple(key.split("."))
+    if "." in key and any(k == dotted for k in known):
+        head, *rest = key.split(".")
+        nested = "{".join(f"{part}: " for part in rest) + "..." + "}" * (len(rest) - 1)
+        return f"; write it nested ({head}: {{{nested}}}), a dot is part of a key's name in YAML"
+    same = [k for k in known if k[-1] == key and "<name>" not in k and len(k) > 1]
+    if same:
+        return "; did you mean " + " or ".join(_key_path(k) for k in same[:2]) + "?"
+    return ""
+
+
 def validate(config: dict, source: str = "params.yaml") -> None:
     """Raise ParamsError naming the first bad key. jsonschema is optional on bare GPU hosts."""
+
+    def refuse(key_path: tuple, detail: str):
+        raise ParamsError(f"{source}: {detail}", tuple(key_path), detail)
+
     try:
         import jsonschema
     except ImportError:  # bare GPU host: the workflow host validated the same file already
@@ -436,36 +495,39 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         # misspelling is the cause to name.
         unknown = [e for e in errors if e.validator == "additionalProperties"]
         error = jsonschema.exceptions.best_match(unknown or errors)
-        raise ParamsError(f"{source}: {_describe(error)}")
-    for index, name in enumerate(config["study"]["models"]):
-        if name not in MODEL_NAMES:
-            raise ParamsError(
-                f"{source}: study.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
-            )
-    for name in config.get("models") or {}:
-        if name not in MODEL_NAMES:
-            raise ParamsError(f"{source}: models.{name}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})")
-    for index, variant in enumerate(config["study"]["variants"]):
-        if variant not in config["variants"]:
-            raise ParamsError(
-                f"{source}: study.variants.{index}: {variant!r} is not defined under variants "
-                f"(defined: {', '.join(config['variants'])})"
-            )
-    for index, name in enumerate(config["sweeps"]["models"]):
-        if name not in MODEL_NAMES:
-            raise ParamsError(
-                f"{source}: sweeps.models.{index}: unknown model {name!r} (allowed: {', '.join(MODEL_NAMES)})"
-            )
-    if config["sweeps"]["variant"] not in config["variants"]:
-        raise ParamsError(
-            f"{source}: sweeps.variant: {config['sweeps']['variant']!r} is not defined under variants "
-            f"(defined: {', '.join(config['variants'])})"
-        )
+        refuse(_error_path(error), _describe(error))
+    models = ("models", "unknown model", MODEL_NAMES)
+    variants = ("variants", "is not defined under variants", tuple(config["variants"]))
+    named = [(("study", "models", i), name, models) for i, name in enumerate(config["study"]["models"])]
+    named += [(("models", name), name, models) for name in config.get("models") or {}]
+    named += [(("study", "variants", i), name, variants) for i, name in enumerate(config["study"]["variants"])]
+    named += [(("sweeps", "models", i), name, models) for i, name in enumerate(config["sweeps"]["models"])]
+    named += [(("sweeps", "variant"), config["sweeps"]["variant"], variants)]
+    for key_path, name, (kind, problem, allowed) in named:
+        if name not in allowed:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            words = "allowed" if kind == "models" else "defined"
+            what = f"unknown model {name!r}" if kind == "models" else f"{name!r} {problem}"
+            refuse(key_path, f"{_key_path(key_path)}: {what}{hint} ({words}: {', '.join(allowed)})")
     for index, device in enumerate(config["study"]["devices"]):
         if not typed.is_device(device):
-            raise ParamsError(
-                f"{source}: study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})"
+            refuse(
+                ("study", "devices", index),
+                f"study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})",
             )
+
+
+def _error_path(error) -> tuple:
+    """The key a jsonschema error is about (an unknown key's own path, not its parent's)."""
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {})) if isinstance(error.schema, dict) else set()
+        extra = sorted(set(error.instance) - allowed)
+        return (*path, extra[0]) if extra else path
+    if error.validator in ("oneOf", "anyOf", "allOf") and error.context:
+        return _error_path(min(error.context, key=lambda e: len(list(e.absolute_path))))
+    return path
 
 
 def load_typed(paths: list[Path] | tuple[Path, ...] = (DEFAULT_PARAMS,)) -> typed.Params:
