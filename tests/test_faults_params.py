@@ -222,3 +222,20 @@ def test_a_key_or_name_near_a_known_one_is_named_with_the_file_and_line_that_set
     logging.getLogger().handlers.clear()
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{overlay}: " in err and expected in err, err
+
+
+@pytest.mark.e2e
+def test_snakemake_and_dvc_refuse_what_their_readers_read_apart_with_gpuscales_line(tmp_path):
+    """Snakemake's --configfile (PyYAML) reads `1e-3` as text, DVC's params.yaml (ruamel.yaml) as a number: both
+    stop on gpuscale's line naming the fix, before any stage runs."""
+    repo = copy_project(tmp_path / "repo", git=True)
+    (repo / "lr.yaml").write_text("train:\n  optimizer:\n    lr: 1e-3\n")
+    done = run(["snakemake", "-n", "--cores", "1", "--configfile", "lr.yaml"], repo, check=False)
+    assert done.returncode != 0
+    assert "lr.yaml: line 3: train.optimizer.lr: `1e-3` is read as text" in done.stdout + done.stderr
+    assert "write 1.0e-3" in done.stdout + done.stderr
+    text = (repo / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(text.replace("lr: 0.001", "lr: 1e-3", 1))
+    done = run(["dvc", "repro", "data"], repo, check=False)
+    assert done.returncode != 0 and "train.optimizer.lr: `1e-3`" in done.stdout + done.stderr
+    assert "write 1.0e-3" in done.stdout + done.stderr and not (repo / "data/prepared").exists()
