@@ -250,3 +250,8 @@ def test_a_truncated_or_corrupt_image_is_one_line_naming_it_in_either_mode(tmp_p
     archive = as_zip(tmp_path / "a.zip", [*BASE.items(), ("train/dog/7.png", CORRUPT[how]())])
     err = prepare_fails(tmp_path, "train/dog/7.png: not a readable image", path=str(archive), image_mode=image_mode)
     assert "BytesIO" not in str(err.value) and "remove or replace it" in str(err.value)
+
+
+def test_a_source_with_nothing_left_out_keeps_the_manifest_earlier_versions_wrote(tmp_path):
+    origin = prepared(tmp_path, as_tree(tmp_path / "tree", BASE))["origin"]
+    assert sorted(origin) == ["converted_images", "image_mode", "path", "skipped_files"]

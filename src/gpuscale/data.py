@@ -274,6 +274,7 @@ MODE_WORDS = {
     "I;16N": "16-bit grayscale",
     "F": "32-bit float grayscale",
 }
+LEFT_OUT_KEYS = {"hidden_files": "hidden", "repeated_members": "repeated"}  # manifest origin key: what it counts
 SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
@@ -559,9 +560,9 @@ def imagefolder(settings: DataSettings) -> Dataset:
         "image_mode": mode,
         "converted_images": len(converted),
         "skipped_files": len(others) + len(strays),
-        "hidden_files": len(left_out["hidden"]),
-        "repeated_members": len(left_out["repeated"]),
     }
+    # Only where there were any: the manifest of a source without them stays what earlier versions wrote.
+    source.update({key: len(left_out[what]) for key, what in LEFT_OUT_KEYS.items() if left_out[what]})
     return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes), source=source)
 
 
