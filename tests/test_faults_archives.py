@@ -252,6 +252,26 @@ def test_a_truncated_or_corrupt_image_is_one_line_naming_it_in_either_mode(tmp_p
     assert "BytesIO" not in str(err.value) and "remove or replace it" in str(err.value)
 
 
+DISTINCT = {name: image("RGB", value=(i * 40, 3, 9)) for i, name in enumerate(BASE)}
+
+
 def test_a_source_with_nothing_left_out_keeps_the_manifest_earlier_versions_wrote(tmp_path):
-    origin = prepared(tmp_path, as_tree(tmp_path / "tree", BASE))["origin"]
+    origin = prepared(tmp_path, as_tree(tmp_path / "tree", DISTINCT))["origin"]
     assert sorted(origin) == ["converted_images", "image_mode", "path", "skipped_files"]
+
+
+def test_images_with_the_same_bytes_are_kept_and_counted_with_a_line(tmp_path, caplog):
+    files = {**DISTINCT, "test/cat/0.png": DISTINCT["train/cat/0.png"], "train/dog/1.png": DISTINCT["train/dog/0.png"]}
+    with caplog.at_level(logging.WARNING, "gpuscale.data"):
+        manifest = prepared(tmp_path, as_tree(tmp_path / "tree", files))
+    assert manifest["origin"]["identical_images"] == 2 and manifest["counts"]["train"]["total"] == 3
+    assert "2 image(s) with the same bytes as another image (1 of them in both train/ and test/" in caplog.text
+    assert "train/cat/0.png and test/cat/0.png" in caplog.text or "train/dog/0.png and train/dog/1.png" in caplog.text
+
+
+@pytest.mark.parametrize("kind, fix", [("folder", "point data.path at .*tree/cifar"), ("zip", "rebuild the zip")])
+def test_splits_one_folder_down_are_named_with_the_fix(tmp_path, kind, fix):
+    path = source(tmp_path, kind, {f"cifar/{name}": raw for name, raw in DISTINCT.items()})
+    prepare_fails(
+        tmp_path, f"no images under train/<class>/, but the splits lie under cifar/ .*; {fix}", path=str(path)
+    )

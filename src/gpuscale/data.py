@@ -8,6 +8,7 @@ fixed-size records, image folders are decoded with Pillow.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import json
@@ -274,7 +275,8 @@ MODE_WORDS = {
     "I;16N": "16-bit grayscale",
     "F": "32-bit float grayscale",
 }
-LEFT_OUT_KEYS = {"hidden_files": "hidden", "repeated_members": "repeated"}  # manifest origin key: what it counts
+# The manifest origin's key for what it counts (present only where there are any).
+LEFT_OUT_KEYS = {"hidden_files": "hidden", "repeated_members": "repeated", "identical_images": "identical"}
 SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
@@ -483,7 +485,10 @@ def _entries(root: Path) -> tuple[list[_Image], set[tuple[str, str]], list[tuple
             cls = unicodedata.normalize("NFC", parts[1])
             images.append(_Image(parts[0], cls, f"{parts[0]}/{parts[1]}/{parts[2]}", member.read))
     _refuse_aliases(root, images, folders)
-    return images, folders, strays, {"hidden": hidden, "repeated": repeated}
+    # A source whose splits lie one folder down (a zip of the folder rather than of its contents).
+    nested = [m.name for m in members if len(_parts(m.name)) >= 4 and _parts(m.name)[1] in SPLITS]
+    nested = [n for n in nested if not _hidden(_parts(n))]
+    return images, folders, strays, {"hidden": hidden, "repeated": repeated, "nested": nested}
 
 
 def _refuse_aliases(root: Path, images: list[_Image], folders: set[tuple[str, str]]) -> None:
@@ -537,13 +542,19 @@ def imagefolder(settings: DataSettings) -> Dataset:
     images = [i for i in found if Path(i.name).suffix.lower() in IMAGE_SUFFIXES]
     others = [i.name for i in found if Path(i.name).suffix.lower() not in IMAGE_SUFFIXES]
     _refuse_or_skip_strays(root, mode, others, strays)
-    classes = _imagefolder_classes(root, images, folders)
-    arrays, converted = _decode_splits(root, images, classes, mode)
+    classes = _imagefolder_classes(root, images, folders, left_out["nested"])
+    arrays, converted, identical = _decode_splits(root, images, classes, mode)
     # Said once the source is read whole, so that a source refused later ends in its one line alone.
+    leaked = sum(n.startswith("train/") and " and test/" in n for n in identical)
     for what, names in (
         ("file(s) outside train/<class>/ and test/<class>/ skipped (data.image_mode: convert)", [s for s, _ in strays]),
         ("hidden file(s) (dot files, ._ resource forks, __MACOSX/)", left_out["hidden"]),
         ("repeated zip member(s) with identical contents, each read once", left_out["repeated"]),
+        (
+            f"image(s) with the same bytes as another image ({leaked} of them in both train/ and test/: the test "
+            f"split is not unseen there), kept",
+            identical,
+        ),
     ):
         if names:
             log.warning("%s: %d %s, e.g. %s", root, len(names), what, names[0])
@@ -562,6 +573,7 @@ def imagefolder(settings: DataSettings) -> Dataset:
         "skipped_files": len(others) + len(strays),
     }
     # Only where there were any: the manifest of a source without them stays what earlier versions wrote.
+    left_out["identical"] = identical
     source.update({key: len(left_out[what]) for key, what in LEFT_OUT_KEYS.items() if left_out[what]})
     return Dataset(*arrays["train"], *arrays["test"], classes=tuple(classes), source=source)
 
@@ -592,7 +604,7 @@ def _refuse_or_skip_strays(root: Path, mode: str, others: list[str], strays: lis
         )
 
 
-def _imagefolder_classes(root: Path, images: list[_Image], folders) -> list[str]:
+def _imagefolder_classes(root: Path, images: list[_Image], folders, nested: list[str] = ()) -> list[str]:
     """The class names, the same in both splits, none of them empty. A class in one split only is refused,
     naming it: the test accuracy of a class never tested, or never trained, means nothing."""
     held = {(i.split, i.cls) for i in images}
@@ -600,6 +612,12 @@ def _imagefolder_classes(root: Path, images: list[_Image], folders) -> list[str]
     if empty:
         raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
     classes = {split: sorted({i.cls for i in images if i.split == split}) for split in SPLITS}
+    if not classes["train"] and nested:
+        top = _parts(nested[0])[0]
+        fix = (
+            f"point data.path at {root / top}" if root.is_dir() else "rebuild the zip with train/ and test/ at its top"
+        )
+        raise DataError(f"{root}: no images under train/<class>/, but the splits lie under {top}/ ({nested[0]}); {fix}")
     if not classes["train"]:
         raise DataError(f"{root}: no images under train/<class>/ (expected train/<class>/*.png|jpg and test/<class>/*)")
     if not classes["test"]:
@@ -623,10 +641,12 @@ def _imagefolder_classes(root: Path, images: list[_Image], folders) -> list[str]
     return classes["train"]
 
 
-def _decode_splits(root: Path, images: list[_Image], classes: list[str], mode: str) -> tuple[dict, list]:
-    """{split: (uint8 images, int64 labels)} and (kind, name) of each image that had to be converted."""
+def _decode_splits(root: Path, images: list[_Image], classes: list[str], mode: str) -> tuple[dict, list, list]:
+    """{split: (uint8 images, int64 labels)}, (kind, name) of each image that had to be converted, and
+    'second = first' for each image whose bytes an earlier one holds (a copy under another name, or a test
+    image that is also a train image)."""
     index = {cls: i for i, cls in enumerate(classes)}
-    arrays, converted = {}, []
+    arrays, converted, identical, first = {}, [], [], {}
     for split in SPLITS:
         chosen = [i for i in images if i.split == split]
         pixels = np.empty((len(chosen), *IMAGE_SHAPE), dtype=np.uint8)
@@ -634,11 +654,16 @@ def _decode_splits(root: Path, images: list[_Image], classes: list[str], mode: s
         for n, image in enumerate(chosen):
             name = f"{root}:{image.name}"
             kinds: list[str] = []
-            pixels[n] = _decode(image.read(), name, mode, kinds)
+            raw = image.read()
+            pixels[n] = _decode(raw, name, mode, kinds)
             converted += [(kind, name) for kind in kinds]
             labels[n] = index[image.cls]
+            digest = hashlib.sha256(raw).digest()
+            if digest in first:
+                identical.append(f"{first[digest]} and {image.name}")
+            first.setdefault(digest, image.name)
         arrays[split] = (pixels, labels)
-    return arrays, converted
+    return arrays, converted, identical
 
 
 # ----------------------------------------------------------------------------- synthetic
