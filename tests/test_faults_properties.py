@@ -420,7 +420,9 @@ def archive_members(draw) -> tuple[list[tuple[str, bytes]], bool]:
     import unicodedata
 
     members = [(name, _png(key)) for name, key in ARCHIVE_BASE.items()]
-    kinds = draw(st.lists(st.sampled_from(NEUTRAL + CHANGING), min_size=1, max_size=3))
+    kinds = draw(
+        st.lists(st.sampled_from(draw(st.sampled_from([NEUTRAL, NEUTRAL + CHANGING]))), min_size=1, max_size=3)
+    )
     for kind in kinds:
         name, raw = members[draw(st.integers(0, len(members) - 1))]
         if kind == "hidden file":
@@ -468,16 +470,28 @@ def archive_members(draw) -> tuple[list[tuple[str, bytes]], bool]:
     return members, all(kind in NEUTRAL for kind in kinds)
 
 
-def prepare_zip(folder: Path, members, image_mode: str, capsys) -> tuple[int, str, Path]:
+def prepare_zip(folder: Path, members, image_mode: str, capsys, kind: str = "zip") -> tuple[int, str, Path]:
+    """`gpuscale data` on a zip of the members, or on a folder of them (a repeated name: the last one written)."""
     import warnings
     import zipfile
 
     archive = folder / "a.zip"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a duplicate name is the case under test
-        with zipfile.ZipFile(archive, "w") as handle:
-            for name, raw in members:
-                handle.writestr(name, raw)
+    if kind == "folder":
+        archive = folder / "tree"
+        for name, raw in members:
+            path = archive / name
+            if name.endswith("/"):
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_dir():
+                path.write_bytes(raw)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a duplicate name is the case under test
+            with zipfile.ZipFile(archive, "w") as handle:
+                for name, raw in members:
+                    handle.writestr(name, raw)
     overlay = folder / "o.yaml"
     config = copy.deepcopy(BASE)
     config["data"].update(
@@ -494,17 +508,22 @@ def _arrays(out: Path) -> dict:
     return {"files": {k: v["sha256"] for k, v in manifest["files"].items()}, "classes": manifest["classes"]}
 
 
-@settings(SETTINGS, max_examples=40)
-@given(mutation=archive_members(), image_mode=st.sampled_from(["strict", "convert"]))
+@settings(SETTINGS, max_examples=60)
+@given(
+    mutation=archive_members(),
+    image_mode=st.sampled_from(["strict", "convert"]),
+    kind=st.sampled_from(["zip", "folder"]),
+)
 def test_a_mutated_archive_prepares_the_same_images_or_is_one_line_exit_2(
-    tmp_path_factory, capsys, mutation, image_mode
+    tmp_path_factory, capsys, mutation, image_mode, kind
 ):
     members, neutral = mutation
     plain = tmp_path_factory.mktemp("plain")
-    code, err, expected = prepare_zip(plain, [(n, _png(k)) for n, k in ARCHIVE_BASE.items()], image_mode, capsys)
+    base = [(n, _png(k)) for n, k in ARCHIVE_BASE.items()]
+    code, err, expected = prepare_zip(plain, base, image_mode, capsys, kind)
     assert code == 0, err
     folder = tmp_path_factory.mktemp("mutated")
-    code, err, out = prepare_zip(folder, members, image_mode, capsys)
+    code, err, out = prepare_zip(folder, members, image_mode, capsys, kind)
     if neutral:
         assert code == 0, err
         assert _arrays(out) == _arrays(expected)

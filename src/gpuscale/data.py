@@ -403,7 +403,7 @@ def _folder_members(root: Path) -> list[_Member]:
                 f"{path}: refused: not a regular file or folder (a link or special file) in the image folder; "
                 f"copy the file or folder itself in"
             )
-        members.append(_Member(rel, path.is_dir() and not path.is_symlink(), path.read_bytes))
+        members.append(_Member("/".join(parts), path.is_dir() and not path.is_symlink(), path.read_bytes))
     return members
 
 
@@ -450,7 +450,7 @@ def _once(root: Path, members: list[_Member]) -> tuple[list[_Member], list[str]]
         key = (member.name, member.is_dir)
         if key not in first:
             first[key] = member
-        elif member.is_dir or member.identity == first[key].identity:
+        elif member.is_dir or _same_bytes(member, first[key]):
             repeated.append(member.name)
         else:
             raise DataError(
@@ -458,6 +458,14 @@ def _once(root: Path, members: list[_Member]) -> tuple[list[_Member], list[str]]
                 f"from two folders); rebuild the zip with each file once"
             )
     return list(first.values()), repeated
+
+
+def _same_bytes(member: _Member, other: _Member) -> bool:
+    """Whether two members of one name hold the same bytes: a zip's CRC and size, else (a folder's file named
+    `train\\cat\\0.png` on Linux) the bytes themselves."""
+    if member.identity is not None and other.identity is not None:
+        return member.identity == other.identity
+    return member.read() == other.read()
 
 
 def _entries(root: Path) -> tuple[list[_Image], set[tuple[str, str]], list[tuple[str, str]], dict[str, list[str]]]:
