@@ -90,6 +90,33 @@ def parse_cifar_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(images), labels
 
 
+def _cifar_members(archive: Path, listed: list[tarfile.TarInfo]) -> dict[str, tarfile.TarInfo]:
+    """The tar's members by name, each wanted batch there once; unsafe members and declared bombs refused."""
+    members = {m.name: m for m in listed}
+    for member in listed:
+        if _unsafe_name(member.name) or not (member.isfile() or member.isdir()):
+            kind = "link" if member.issym() or member.islnk() else "special file" if not member.isfile() else "path"
+            raise DataError(
+                f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
+                f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz"
+            )
+    if sum(m.size for m in listed) > MAX_ARCHIVE_BYTES:
+        raise DataError(f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10")
+    wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
+    repeated = [name for name in wanted if sum(m.name == name for m in listed) > 1]
+    if repeated:  # tarfile keeps the last copy of a name: which batch would be read cannot be told
+        raise DataError(
+            f"{archive}: member {repeated[0]} appears more than once (an archive appended to); replace it with "
+            f"the official cifar-10-binary.tar.gz"
+        )
+    missing = [name for name in wanted if name not in members]
+    if missing:
+        raise DataError(
+            f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz"
+        )
+    return members
+
+
 def read_cifar_archive(archive: Path) -> Dataset:
     try:
         tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 (closed by the `with tar:` below)
@@ -103,30 +130,7 @@ def read_cifar_archive(archive: Path) -> Dataset:
                 f"{archive}: cannot list the archive ({err or type(err).__name__}); it is truncated or corrupt "
                 f"(replace it with the official cifar-10-binary.tar.gz)"
             ) from None
-        members = {m.name: m for m in listed}
-        for member in listed:
-            if _unsafe_name(member.name) or not (member.isfile() or member.isdir()):
-                kind = "link" if member.issym() or member.islnk() else "special file" if not member.isfile() else "path"
-                raise DataError(
-                    f"{archive}: refused: member {member.name!r} is an unsafe {kind} (.., absolute, link or "
-                    f"device); nothing was extracted. Use the official cifar-10-binary.tar.gz"
-                )
-        if sum(m.size for m in members.values()) > MAX_ARCHIVE_BYTES:
-            raise DataError(
-                f"{archive}: refused: members declare more than {MAX_ARCHIVE_BYTES} bytes, far above CIFAR-10"
-            )
-        wanted = CIFAR_TRAIN_MEMBERS + (CIFAR_TEST_MEMBER,)
-        repeated = [name for name in wanted if sum(m.name == name for m in listed) > 1]
-        if repeated:  # tarfile keeps the last copy of a name: which batch would be read cannot be told
-            raise DataError(
-                f"{archive}: member {repeated[0]} appears more than once (an archive appended to); replace it with "
-                f"the official cifar-10-binary.tar.gz"
-            )
-        missing = [name for name in wanted if name not in members]
-        if missing:
-            raise DataError(
-                f"{archive}: not the CIFAR-10 binary archive (missing {missing[0]}); expected cifar-10-binary.tar.gz"
-            )
+        members = _cifar_members(archive, listed)
 
         def read(name: str) -> bytes:
             member = members[name]
