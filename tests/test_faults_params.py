@@ -8,8 +8,11 @@ import logging
 import pytest
 import yaml
 from conftest import REPO, TINY, copy_project, run, write_yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuscale import cli
+from gpuscale.contract import params
 
 MESSAGE = "train.epohcs: unknown key; did you mean train.epochs?"
 
@@ -70,3 +73,170 @@ def test_dvc_names_the_misspelt_key(tmp_path):
     misspelt(repo / "params.yaml")
     done = run(["dvc", "repro", "data"], repo, check=False)
     assert done.returncode != 0 and MESSAGE in done.stdout + done.stderr
+
+
+# ----------------------------------------------------------------------------- one meaning for three readers (issue 28)
+
+READ_APART = [
+    (
+        "train: {optimizer: {lr: 1e-3}}",
+        "train.optimizer.lr: `1e-3` is read as text by YAML 1.1 readers",
+        "write 1.0e-3",
+    ),
+    ("train: {optimizer: {lr: 1E3}}", "`1E3` is read as text", "write 1.0e+3"),
+    ("train: {optimizer: {lr: -.5}}", "as the number -0.5 by YAML 1.2 readers (ruamel.yaml: DVC)", "write -0.5"),
+    ("train: {deterministic: no}", "train.deterministic: `no` is read as the boolean false", "write false"),
+    ("train: {deterministic: on}", "`on` is read as the boolean true", "write true"),
+    ("report: {skip_bad_records: yes}", "`yes` is read as the boolean true", "write true"),
+    ("runtime: {resume: off}", "`off` is read as the boolean false", "write false"),
+    ("study: {label: no}", "study.label: `no` is read as the boolean false", "write 'no'"),
+    ("data: {path: off}", "data.path: `off`", "write 'off'"),
+    ("train: {epochs: 0o17}", "`0o17` is read as text by YAML 1.1 readers", "write 15"),
+    ("train: {epochs: 017}", "`017` is read as the integer 15 by YAML 1.1 readers", "write 17 (as YAML 1.2 reads it)"),
+    ("train: {cpu_threads: 09}", "`09` is read as text", "write 9"),
+    ("study: {label: 12:30}", "`12:30` is read as the integer 750", "write '12:30'"),
+    ("study: {label: 1e3}", "`1e3` is read as text", "write '1e3'"),
+    ("predict: {probe_seconds: 1e1}", "`1e1` is read as text", "write 1.0e+1"),
+    ("train: {epochs: 3, epochs: 4}", "train.epochs: key given twice (lines 1 and 1)", "remove one"),
+    (
+        "train:\n  epochs: 3\ntrain:\n  batch_size: 8",
+        "line 3: train: key given twice (lines 1 and 3)",
+        "refuses the file",
+    ),
+    ("no: 3", "key `no` is read as the boolean false", "quote it ('no')"),
+    ("train: {optimizer: {lr: .nan}}", "`.nan` is not a finite number", "write a number"),
+    ("train: {optimizer: {lr: .inf}}", "`.inf` is not a finite number", "write a number"),
+    ("train: {optimizer: {lr: 1.0e400}}", "`1.0e400` is not a finite number", "write a number"),
+    ("study: {label: 2026-12-02}", "study.label: `2026-12-02` is read as a date", "write '2026-12-02'"),
+    ("study: {label: 2026-12-02 10:00:00}", "is read as a date", "write '2026-12-02 10:00:00'"),
+    ("train: {epochs: !!int 3}", "tag !!int is not allowed in a params file", "write the plain value"),
+    ("study: {seeds: !!set {1, 2}}", "study.seeds: tag !!set is not allowed", "remove it"),
+    ("study: {label: !!binary aGk=}", "tag !!binary is not allowed", "write the plain value"),
+    ("study: {seeds: !!python/tuple [1, 2]}", "tag !!python/tuple is not allowed", "remove it"),
+    ("train: {epochs: 0b_}", "`0b_` is an error to every YAML reader", "quote it for text"),
+    ("study: {label: =}", "`=` is an error to every YAML reader", "quote it for text"),
+    ("train: {0x_: 1}", "a key or value no YAML reader can read", "quote it"),
+    ("a: &x [*x]", "a.0: an alias that holds itself", "write the value out"),
+    ("__use_yte__: true", "Snakemake would read this file as a YTE template", "remove the key"),
+]
+
+
+@pytest.mark.parametrize("text, problem, fix", READ_APART, ids=[t for t, _, _ in READ_APART])
+def test_what_yaml_1_1_and_1_2_read_apart_is_refused_naming_the_key_line_and_fix(tmp_path, capsys, text, problem, fix):
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text(text + "\n")
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)]) == 2
+    logging.getLogger().handlers.clear()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{overlay}:" in err and problem in err and fix in err, err
+
+
+READ_ALIKE = [
+    ("train: {optimizer: {lr: 1.0e-3}}", ("train", "optimizer", "lr"), 0.001),
+    ("train: {optimizer: {lr: 0.001}}", ("train", "optimizer", "lr"), 0.001),
+    ("train: {deterministic: false}", ("train", "deterministic"), False),
+    ("study: {label: 'no'}", ("study", "label"), "no"),
+    ('study: {label: "1e-3"}', ("study", "label"), "1e-3"),
+    ("study: {label: !!str 12:30}", ("study", "label"), "12:30"),
+    ("train: {epochs: 1_000}", ("train", "epochs"), 1000),
+    ("train: {epochs: 0x1F}", ("train", "epochs"), 31),
+    ("train: {epochs: 0b101}", ("train", "epochs"), 5),
+    ("train: {epochs: +7}", ("train", "epochs"), 7),
+    ("defaults: &d {epochs: 3}\n", None, None),
+    ("train:\n  <<: {epochs: 3}\n  batch_size: 8", ("train", "epochs"), 3),
+]
+
+
+@pytest.mark.parametrize("text, key, value", READ_ALIKE, ids=[t for t, _, _ in READ_ALIKE])
+def test_what_every_reader_reads_alike_is_read_as_they_read_it(tmp_path, text, key, value):
+    from ruamel.yaml import YAML
+
+    path = tmp_path / "o.yaml"
+    path.write_text(text + "\n")
+    ours = params.read_yaml(path)
+    assert ours == yaml.load(text, Loader=yaml.FullLoader) == YAML(typ="safe").load(text)  # Snakemake (yte), DVC
+    if key:
+        node = ours
+        for part in key:
+            node = node[part]
+        assert node == value and type(node) is type(value)
+
+
+SCALARS = st.text(alphabet="0123456789._-+eEoxbBaAfFnNlLtTrRuUsSyYiI:~ _", min_size=1, max_size=8) | st.sampled_from(
+    ["yes", "No", "ON", "off", "y", "n", ".inf", "-.Inf", ".NaN", "0o17", "0x1F", "017", "1_000", "12:30", "<<", "="]
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(text=SCALARS)
+def test_the_yaml_1_2_reading_is_ruamel_yamls(text):
+    """gpuscale.params holds ruamel.yaml's YAML 1.2 reading itself (bare GPU hosts have no ruamel): the same as
+    ruamel.yaml's for any plain scalar, so a file gpuscale accepts is read alike by DVC."""
+    import warnings
+
+    from ruamel.yaml import YAML
+
+    document = f"k: {text}\n"
+    try:
+        node = yaml.compose(document)
+    except yaml.YAMLError:
+        return
+    if node.value[0][1].style is not None or text != text.strip():
+        return  # quoted, or a value YAML trims: not the plain scalar under test
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = YAML(typ="safe").load(document)["k"]
+    except Exception:  # noqa: BLE001 (ruamel raises ValueError, IndexError or its own errors)
+        expected = params._UNREADABLE
+    tag, value = params._reading_12(text)
+    if tag in ("timestamp", "merge"):
+        return
+    if expected is params._UNREADABLE or value is params._UNREADABLE:
+        assert value is expected, (text, value, expected)
+    else:
+        assert params._same(value, expected), (text, value, expected)
+
+
+NEAR_KEYS = [
+    ("train: {epoch: 3}", "line 1: train.epoch: unknown key; did you mean train.epochs?"),
+    ("models: {resnet18: {epoch: 3}}", "models.resnet18.epoch: unknown key; did you mean models.resnet18.epochs?"),
+    ("sweeps: {train: {epoch: 3}}", "sweeps.train.epoch: unknown key; did you mean sweeps.train.epochs?"),
+    ("variants: {paper: {precison: fp32}}", "did you mean variants.paper.precision?"),
+    ("epochs: 3", "epochs: unknown key; did you mean train.epochs or sweeps.train.epochs?"),
+    ("lr: 0.1", "lr: unknown key; did you mean train.optimizer.lr"),
+    ("train.epochs: 3", "train.epochs: unknown key; write it nested (train: {epochs: ...})"),
+    ("models: {resnt18: {epochs: 3}}", "models.resnt18: unknown model 'resnt18'; did you mean resnet18?"),
+    ("study: {models: [resnt18]}", "study.models.0: unknown model 'resnt18'; did you mean resnet18?"),
+    ("study: {variants: [tunned]}", "study.variants.0: 'tunned' is not defined under variants; did you mean tuned?"),
+    ("sweeps: {variant: papr}", "sweeps.variant: 'papr' is not defined under variants; did you mean paper?"),
+    ("train:\n  batch_size: 8\n  epochs: 0", "line 3: train.epochs: 0 is out of range (allowed: >= 1)"),
+]
+
+
+@pytest.mark.parametrize("text, expected", NEAR_KEYS, ids=[t for t, _ in NEAR_KEYS])
+def test_a_key_or_name_near_a_known_one_is_named_with_the_file_and_line_that_set_it(tmp_path, capsys, text, expected):
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text(text + "\n")
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)]) == 2
+    logging.getLogger().handlers.clear()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{overlay}: " in err and expected in err, err
+
+
+@pytest.mark.e2e
+def test_snakemake_and_dvc_refuse_what_their_readers_read_apart_with_gpuscales_line(tmp_path):
+    """Snakemake's --configfile (PyYAML) reads `1e-3` as text, DVC's params.yaml (ruamel.yaml) as a number: both
+    stop on gpuscale's line naming the fix, before any stage runs."""
+    repo = copy_project(tmp_path / "repo", git=True)
+    (repo / "lr.yaml").write_text("train:\n  optimizer:\n    lr: 1e-3\n")
+    done = run(["snakemake", "-n", "--cores", "1", "--configfile", "lr.yaml"], repo, check=False)
+    assert done.returncode != 0
+    assert "lr.yaml: line 3: train.optimizer.lr: `1e-3` is read as text" in done.stdout + done.stderr
+    assert "write 1.0e-3" in done.stdout + done.stderr
+    text = (repo / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(text.replace("lr: 0.001", "lr: 1e-3", 1))
+    done = run(["dvc", "repro", "data"], repo, check=False)
+    assert done.returncode != 0 and "train.optimizer.lr: `1e-3`" in done.stdout + done.stderr
+    assert "write 1.0e-3" in done.stdout + done.stderr and not (repo / "data/prepared").exists()

@@ -280,3 +280,257 @@ def test_a_broken_record_of_a_reference_folder_is_skipped_with_one_line(chdir_tm
     assert len(notes["skipped_records"]) == 1
     warned = [line for line in err.splitlines() if "skipped a bad record" in line]
     assert len(warned) == 1 and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- params text read three ways (issue 28)
+
+# What a person types where a value belongs: the spellings YAML 1.1 and 1.2 read apart, and ones they read alike.
+VALUE_TEXTS = st.sampled_from(
+    [
+        "1e-3",
+        "1.0e-3",
+        "1E3",
+        "-.5",
+        "no",
+        "yes",
+        "on",
+        "off",
+        "Off",
+        "0o17",
+        "017",
+        "09",
+        "0x1F",
+        "1_000",
+        "12:30",
+        ".inf",
+        ".nan",
+        "2026-12-02",
+        "~",
+        "null",
+        "true",
+        "'no'",
+        '"1e-3"',
+        "!!str 017",
+        "!!int 3",
+        "!!binary aGk=",
+        "0b_",
+        "[1, 2]",
+        "{}",
+        "3",
+        "0.5",
+        "&a 3",
+        "*a",
+    ]
+) | st.text(alphabet="0123456789._-+eEoxbnNyYtTfF:~", min_size=1, max_size=6)
+
+
+@st.composite
+def params_text(draw) -> str:
+    """params.yaml as written (block style), one or two lines mutated: a value retyped, a line repeated (a key
+    given twice), a key retyped."""
+    lines = yaml.safe_dump(BASE, sort_keys=False, allow_unicode=True).splitlines()
+    for _ in range(draw(st.integers(1, 2))):
+        index = draw(st.integers(0, len(lines) - 1))
+        line = lines[index]
+        kind = draw(st.sampled_from(["value", "repeat", "key"]))
+        if kind == "repeat":
+            lines.insert(index, line)
+        elif ":" in line and kind == "value":
+            lines[index] = line.split(":", 1)[0] + ": " + draw(VALUE_TEXTS)
+        elif ":" in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[index] = indent + draw(VALUE_TEXTS).replace(":", "") + ":" + line.split(":", 1)[1]
+    return "\n".join(lines) + "\n"
+
+
+@settings(SETTINGS, max_examples=60)
+@given(text=params_text())
+def test_a_mutated_params_file_is_read_alike_by_all_three_readers_or_refused_in_one_line(
+    tmp_path_factory, capsys, text
+):
+    """Whatever gpuscale accepts, Snakemake (PyYAML through yte) and DVC (ruamel.yaml) read alike; the rest is one
+    line, exit 2, never a traceback."""
+    import warnings
+
+    from ruamel.yaml import YAML
+
+    path = tmp_path_factory.mktemp("p") / "params.yaml"
+    path.write_text(text)
+    code, err = run_cli(["validate", "--params", str(path)], capsys)
+    if code != 0:
+        assert_one_line_exit_2(code, err)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dvc = YAML(typ="safe").load(text)
+    assert params.read_yaml(path) == yaml.load(text, Loader=yaml.FullLoader) == dvc
+
+
+# ----------------------------------------------------------------------------- archives (issue 28)
+
+ARCHIVE_BASE = {f"{s}/{c}/{i}.png": (s, c, i) for s in ("train", "test") for c in ("cat", "dog") for i in range(2)}
+# Mutations that change nothing a dataset holds: the prepared output must be identical.
+NEUTRAL = [
+    "hidden file",
+    "resource fork",
+    "macosx folder",
+    "same bytes twice",
+    "windows name",
+    "folder entry",
+    "readme",
+]
+CHANGING = [
+    "other bytes twice",
+    "case alias",
+    "nfd alias",
+    "delete",
+    "nested",
+    "stray at class level",
+    "non-image",
+    "grayscale",
+    "palette",
+    "rgba",
+    "16-bit",
+    "large",
+    "truncated",
+    "random bytes",
+    "empty class",
+    "class in train only",
+]
+
+
+def _png(key, mode="RGB", size=(32, 32)) -> bytes:
+    import io
+    import zlib
+
+    from PIL import Image
+
+    value = zlib.crc32(key.encode() if isinstance(key, str) else repr(key).encode()) % 200 + 20
+    picture = Image.new(mode if mode != "I;16" else "I", size, value if mode != "RGB" else (value, 3, 9))
+    if mode == "I;16":
+        picture = picture.convert("I;16")
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@st.composite
+def archive_members(draw) -> tuple[list[tuple[str, bytes]], bool]:
+    """A zip's member list, a few mutations applied; and whether they all leave the dataset as it was."""
+    import unicodedata
+
+    members = [(name, _png(key)) for name, key in ARCHIVE_BASE.items()]
+    kinds = draw(
+        st.lists(st.sampled_from(draw(st.sampled_from([NEUTRAL, NEUTRAL + CHANGING]))), min_size=1, max_size=3)
+    )
+    for kind in kinds:
+        name, raw = members[draw(st.integers(0, len(members) - 1))]
+        if kind == "hidden file":
+            members.append((name.rsplit("/", 1)[0] + "/.DS_Store", b"\0\0\0\1Bud1"))
+        elif kind == "resource fork":
+            members.append((name.rsplit("/", 1)[0] + "/._" + name.rsplit("/", 1)[1], b"\0\5\26\7"))
+        elif kind == "macosx folder":
+            members.append(("__MACOSX/" + name, b"\0\5\26\7"))
+        elif kind == "same bytes twice":
+            members.append((name, raw))
+        elif kind == "windows name":
+            members.append((name.replace("/", "\\"), raw))
+        elif kind == "folder entry":
+            members.append((name.rsplit("/", 1)[0] + "/", b""))
+        elif kind == "readme":
+            members.append(("README.txt", b"images"))
+        elif kind == "other bytes twice":
+            members.append((name, _png(name + "x")))
+        elif kind == "case alias":
+            members.append((name.replace(".png", ".PNG"), _png(name + "c")))
+        elif kind == "nfd alias":
+            members += [
+                (name.replace(".png", "é.png"), raw),
+                (name.replace(".png", unicodedata.normalize("NFD", "é.png")), raw),
+            ]
+        elif kind == "delete":
+            members.remove((name, raw))
+        elif kind == "nested":
+            members.append((name.replace(".png", "/sub/1.png"), raw))
+        elif kind == "stray at class level":
+            members.append((name.split("/")[0] + "/notes.png", raw))
+        elif kind == "non-image":
+            members.append((name.replace(".png", ".txt"), b"hello"))
+        elif kind in ("grayscale", "palette", "rgba", "16-bit", "large"):
+            mode = {"grayscale": "L", "palette": "P", "rgba": "RGBA", "16-bit": "I;16", "large": "RGB"}[kind]
+            members.append((name.replace(".png", "m.png"), _png(name, mode, (64, 48) if kind == "large" else (32, 32))))
+        elif kind == "truncated":
+            members.append((name.replace(".png", "t.png"), raw[: draw(st.integers(0, len(raw) - 1))]))
+        elif kind == "random bytes":
+            members.append((name.replace(".png", "r.png"), draw(st.binary(max_size=64))))
+        elif kind == "empty class":
+            members.append(("train/bird/", b""))
+        elif kind == "class in train only":
+            members.append(("train/bird/0.png", raw))
+    return members, all(kind in NEUTRAL for kind in kinds)
+
+
+def prepare_zip(folder: Path, members, image_mode: str, capsys, kind: str = "zip") -> tuple[int, str, Path]:
+    """`gpuscale data` on a zip of the members, or on a folder of them (a repeated name: the last one written)."""
+    import warnings
+    import zipfile
+
+    archive = folder / "a.zip"
+    if kind == "folder":
+        archive = folder / "tree"
+        for name, raw in members:
+            path = archive / name
+            if name.endswith("/"):
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_dir():
+                path.write_bytes(raw)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a duplicate name is the case under test
+            with zipfile.ZipFile(archive, "w") as handle:
+                for name, raw in members:
+                    handle.writestr(name, raw)
+    overlay = folder / "o.yaml"
+    config = copy.deepcopy(BASE)
+    config["data"].update(
+        source="imagefolder", path=str(archive), image_mode=image_mode, train_size=None, test_size=None
+    )
+    overlay.write_text(yaml.safe_dump(config))
+    out = folder / "prepared"
+    code, err = run_cli(["data", "--params", str(overlay), "--out", str(out)], capsys)
+    return code, err, out
+
+
+def _arrays(out: Path) -> dict:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {"files": {k: v["sha256"] for k, v in manifest["files"].items()}, "classes": manifest["classes"]}
+
+
+@settings(SETTINGS, max_examples=60)
+@given(
+    mutation=archive_members(),
+    image_mode=st.sampled_from(["strict", "convert"]),
+    kind=st.sampled_from(["zip", "folder"]),
+)
+def test_a_mutated_archive_prepares_the_same_images_or_is_one_line_exit_2(
+    tmp_path_factory, capsys, mutation, image_mode, kind
+):
+    members, neutral = mutation
+    plain = tmp_path_factory.mktemp("plain")
+    base = [(n, _png(k)) for n, k in ARCHIVE_BASE.items()]
+    code, err, expected = prepare_zip(plain, base, image_mode, capsys, kind)
+    assert code == 0, err
+    folder = tmp_path_factory.mktemp("mutated")
+    code, err, out = prepare_zip(folder, members, image_mode, capsys, kind)
+    if neutral:
+        assert code == 0, err
+        assert _arrays(out) == _arrays(expected)
+    elif code != 0:
+        assert_one_line_exit_2(code, err)
+        assert not out.exists()
+    else:
+        manifest = json.loads((out / "manifest.json").read_text())
+        names = {n.replace("\\", "/") for n, _ in members if n.startswith(("train/", "test/")) and not n.endswith("/")}
+        assert manifest["counts"]["train"]["total"] + manifest["counts"]["test"]["total"] <= len(names)
