@@ -42,6 +42,35 @@ def test_each_lease_pairs_its_own_halves_and_the_speedup_is_the_median_over_leas
     assert row["rounds"] == 2
 
 
+def test_the_seconds_shown_come_from_the_pairing_and_divide_to_the_speedup(tmp_path):
+    row = run(tmp_path, two_leases())["speedup"].row(0, named=True)
+    # two leases: each side the geometric mean of the two leases' medians (CPU 42 and 30, GPU 5 and 5), not the
+    # median over all runs (CPU 40, GPU 5: 8.0, no figure shown)
+    assert row["cpu_epoch_seconds"] == pytest.approx(math.sqrt(42.0 * 30.0))
+    assert row["gpu_epoch_seconds"] == pytest.approx(5.0)
+    for column in ("epoch_seconds", "seconds"):  # as printed, to three figures, they divide to the speedup shown
+        shown = float(words.seconds(row[f"cpu_{column}"])[:-2]) / float(words.seconds(row[f"gpu_{column}"])[:-2])
+        assert f"{shown:.1f}" == f"{row['speedup']:.1f}"
+        assert row[f"cpu_{column}"] / row[f"gpu_{column}"] == pytest.approx(row["speedup"])
+    assert row["cpu_steady_epoch_seconds"] / row["gpu_steady_epoch_seconds"] == pytest.approx(row["steady_speedup"])
+    # three leases: the middle lease's own medians (ratios 10, 6 and 8: lease C's CPU 40 s and GPU 5 s)
+    c = "c" * 8 + "-9999-9999-9999-999999999999"
+    make = records.make
+    recs = [
+        make("resnet18", device, [seconds] * 2, lease=lease)
+        for lease, device, seconds in ((A, "cpu", 40.0), (A, "cuda", 4.0), (B, "cpu", 30.0), (B, "cuda", 5.0))
+    ] + [make("resnet18", "cpu", [40.0] * 2, lease=c), make("resnet18", "cuda", [5.0] * 2, lease=c)]
+    paths = [records.write(tmp_path / r["conditions"]["lease"][:8] / "runs", r) for r in recs]
+    three = aggregate.run(paths, [], tmp_path / "t3", tmp_path / "m3.json", 0.02)["speedup"].row(0, named=True)
+    assert three["speedup"] == pytest.approx(8.0)
+    assert (three["cpu_epoch_seconds"], three["gpu_epoch_seconds"]) == pytest.approx((40.0, 5.0))
+
+
+def test_rounds_counts_the_rounds_measured_not_the_highest_number(tmp_path):
+    recs = [records.make("simplecnn", d, [10.0, 10.0], lease=A, round_=2) for d in ("cpu", "cuda")]
+    assert run(tmp_path, recs)["speedup"].row(0, named=True)["rounds"] == 1
+
+
 def test_every_spread_on_its_own_and_the_interval_that_holds_them(tmp_path):
     row = run(tmp_path, two_leases())["speedup"].row(0, named=True)
     # lease to lease: the sd of the two leases' log speedups
