@@ -251,7 +251,8 @@ def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_pat
     assert marks == {"simplecnn": ("2.0×", ""), "resnet18": ("10.0×", "†"), "resnet50": ("40.0×", "‡")}
     assert [m[0] for m in key["marks"]] == ["†", "‡"] and "crosses machine leases" in key["marks"][0]
     assert "this host: 2 machine leases, 2 record(s) without one" in key["conditions"]
-    assert "1 figure(s) cross leases †" in key["conditions"] and "1 record(s) drifted" in key["conditions"]
+    assert "1 figure(s) cross leases †" in key["conditions"] and "1 of 6 jobs drifted" in key["conditions"]
+    assert "1 of 3 speedups pair CPU and GPU within one lease" in key["conditions"]
     head = report.headline(tables["speedup"], 0.02)
     cells = {r["model"]: r["cells"][1]["mark"] for r in head["rows"]}
     assert cells == {"simplecnn": "", "resnet18": "†", "resnet50": "‡"} and len(head["marks"]) == 2
@@ -289,15 +290,24 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
     assert cpu in sentinels and gpu in sentinels
     assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
-    (drift,) = section["drifted"]
-    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness
-    assert drift == (
-        "this host: simplecnn on CPU (paper, seed 0) in lease aaaaaaaa…: input pipeline, one process ×0.75, "
-        "memory bandwidth, one core ×1.10"
-    )
+    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table now, one
+    # row per component beyond its noise (source, variant, seed and round, one value in every row, in its caption)
+    drift = [[c["text"] for c in row] for row in section["drift"]["rows"]]
+    assert drift == [
+        ["simplecnn", "CPU", "aaaaaaaa…", "input pipeline, one process", "0.75 (25% slower)"],
+        ["simplecnn", "CPU", "aaaaaaaa…", "memory bandwidth, one core", "1.10 (10% faster)"],
+    ]
+    assert "Every row: source this host; variant paper; seed 0; round 1." in section["drift"]["caption"]
     leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
     assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]
-    assert "spread: lease to lease" in section["spreads"]["header"]
+    # a column empty in every row is left out (no figure here was paired in two leases); where one was, it shows
+    assert "spread: lease to lease" not in section["spreads"]["header"]
+    assert section["spreads"]["header"][0] == "model"
+    two = report.spread_table(run(tmp_path / "two", two_leases())["speedup"])
+    assert (
+        "spread: lease to lease" in two["header"]
+        and "×/÷" in two["rows"][0][two["header"].index("spread: lease to lease")]["text"]
+    )
 
 
 def test_the_page_renders_the_marks_and_the_conditions(tmp_path):

@@ -430,6 +430,7 @@ SPEEDUP_SCHEMA = {
     "lease_spread": pl.Float64,  # log sd of the leases' speedups (2+ leases)
     "speedup_interval_low": pl.Float64,  # speedup x exp(-1.96 sqrt(epoch² + round² + lease²)), holding the bootstrap
     "speedup_interval_high": pl.Float64,
+    "epochs": pl.Int64,  # epochs per run (the GPU half's where the halves differ: protocol_mismatch)
 }
 
 
@@ -530,6 +531,7 @@ def _halves(cpu: list[dict], gpu: list[dict], tolerance: float) -> dict:
         "extrapolated": cpu_sampled or gpu_sampled,
         "cpu_extrapolated": cpu_sampled,
         "gpu_extrapolated": gpu_sampled,
+        "epochs": first.get("epochs"),
         "gpu_seeds": len(gpu) or None,
         "cpu_seeds": len(cpu) or None,
         "accuracy_parity": None if difference is None else abs(difference) <= tolerance,
