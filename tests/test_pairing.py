@@ -180,7 +180,8 @@ def test_runs_in_a_lease_without_the_other_half_are_left_out_and_counted(tmp_pat
     ]
     row = run(tmp_path, recs)["speedup"].row(0, named=True)
     assert row["speedup"] == pytest.approx(10.0) and row["gpu_seeds"] == 1 and row["gpu_lease_ids"] == A
-    assert row["pairing_reason"] == "1 run(s) in leases without the other device left out (same-lease pairs only)"
+    # the reason names the device whose run was left out (was "1 run(s) in leases without the other device")
+    assert row["pairing_reason"] == "1 GPU run in a lease without a CPU run left out (same-lease pairs only)"
 
 
 def test_runs_carry_their_lease_round_and_drift_and_the_sentinels_are_a_table(tmp_path):

@@ -454,8 +454,12 @@ def _pair_units(cpu: list[dict], gpu: list[dict], pairing: str) -> tuple[str | N
             (lease, [r for r in cpu if r["lease"] == lease], [r for r in gpu if r["lease"] == lease])
             for lease in shared
         ]
-        left = len(cpu) + len(gpu) - sum(len(c) + len(g) for _, c, g in units)
-        reason = f"{left} run(s) in leases without the other device left out (same-lease pairs only)" if left else None
+        left = [
+            f"{n} {side} run{'s' if n > 1 else ''} in a lease without a {other} run"
+            for side, other, runs in (("CPU", "GPU", cpu), ("GPU", "CPU", gpu))
+            if (n := sum(r["lease"] not in shared for r in runs))
+        ]
+        reason = f"{' and '.join(left)} left out (same-lease pairs only)" if left else None
         return SAME_LEASE, units, reason
     if UNKNOWN_LEASE in cpu_leases | gpu_leases:
         return UNKNOWN, [(UNKNOWN_LEASE, cpu, gpu)], None
