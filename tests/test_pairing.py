@@ -4,6 +4,7 @@ marks, the spreads and the interval arithmetic on known numbers, and the refusal
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 import pytest
@@ -325,3 +326,26 @@ def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     assert '<section id="conditions">' in html and "Measurement conditions" in html
     assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
     assert "2,200 images/s" in html and "· 2 machine leases, 2 record(s) without one;" in html
+
+
+def test_a_one_lease_figure_is_marked_beside_figures_of_several_and_the_cells_give_seconds_per_epoch(tmp_path):
+    make = records.make
+    recs = [
+        *two_leases(),
+        make("simplecnn", "cpu", [12.0] * 3, seed=0, lease=A),
+        make("simplecnn", "cpu", [14.0] * 3, seed=1, lease=A),
+        make("simplecnn", "cuda", [6.0] * 3, seed=0, lease=A),
+        make("simplecnn", "cuda", [7.0] * 3, seed=1, lease=A),
+        make("resnet50", "cpu", [100.0] * 3, lease=B),
+        make("resnet50", "cuda", [10.0] * 3, lease=B),
+    ]
+    tables = run(tmp_path, recs)
+    chips = {c["model"]: c["detail"] for c in report.key_results(tables)["sources"][0]["variants"][0]["chips"]}
+    assert chips["simplecnn"].endswith("] 1 lease")  # an interval, without a lease-to-lease spread
+    assert chips["resnet50"] == "1 run, 1 lease"  # no interval at all
+    assert "1 lease" not in chips["resnet18"]
+    head = report.headline(tables["speedup"], 0.02)
+    assert head["header"][0].endswith(", 10 epochs") and head["header"][1].endswith(", paper, 3 epochs")
+    cell = next(r for r in head["rows"] if r["model"] == "resnet18")["cells"][1]
+    cpu, gpu = (float(x) for x in re.findall(r"[\d.]+", cell["lines"][0]))
+    assert cell["lines"][0].endswith(" s/epoch") and f"{cpu / gpu:.1f}×" == cell["value"]
