@@ -4,6 +4,7 @@ marks, the spreads and the interval arithmetic on known numbers, and the refusal
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 import pytest
@@ -40,6 +41,35 @@ def test_each_lease_pairs_its_own_halves_and_the_speedup_is_the_median_over_leas
     assert row["lease_ids"] == f"{A}, {B}"
     assert row["speedup"] == pytest.approx(math.sqrt(lease_a * lease_b))  # two leases: their geometric mean
     assert row["rounds"] == 2
+
+
+def test_the_seconds_shown_come_from_the_pairing_and_divide_to_the_speedup(tmp_path):
+    row = run(tmp_path, two_leases())["speedup"].row(0, named=True)
+    # two leases: each side the geometric mean of the two leases' medians (CPU 42 and 30, GPU 5 and 5), not the
+    # median over all runs (CPU 40, GPU 5: 8.0, no figure shown)
+    assert row["cpu_epoch_seconds"] == pytest.approx(math.sqrt(42.0 * 30.0))
+    assert row["gpu_epoch_seconds"] == pytest.approx(5.0)
+    for column in ("epoch_seconds", "seconds"):  # as printed, to three figures, they divide to the speedup shown
+        shown = float(words.seconds(row[f"cpu_{column}"])[:-2]) / float(words.seconds(row[f"gpu_{column}"])[:-2])
+        assert f"{shown:.1f}" == f"{row['speedup']:.1f}"
+        assert row[f"cpu_{column}"] / row[f"gpu_{column}"] == pytest.approx(row["speedup"])
+    assert row["cpu_steady_epoch_seconds"] / row["gpu_steady_epoch_seconds"] == pytest.approx(row["steady_speedup"])
+    # three leases: the middle lease's own medians (ratios 10, 6 and 8: lease C's CPU 40 s and GPU 5 s)
+    c = "c" * 8 + "-9999-9999-9999-999999999999"
+    make = records.make
+    recs = [
+        make("resnet18", device, [seconds] * 2, lease=lease)
+        for lease, device, seconds in ((A, "cpu", 40.0), (A, "cuda", 4.0), (B, "cpu", 30.0), (B, "cuda", 5.0))
+    ] + [make("resnet18", "cpu", [40.0] * 2, lease=c), make("resnet18", "cuda", [5.0] * 2, lease=c)]
+    paths = [records.write(tmp_path / r["conditions"]["lease"][:8] / "runs", r) for r in recs]
+    three = aggregate.run(paths, [], tmp_path / "t3", tmp_path / "m3.json", 0.02)["speedup"].row(0, named=True)
+    assert three["speedup"] == pytest.approx(8.0)
+    assert (three["cpu_epoch_seconds"], three["gpu_epoch_seconds"]) == pytest.approx((40.0, 5.0))
+
+
+def test_rounds_counts_the_rounds_measured_not_the_highest_number(tmp_path):
+    recs = [records.make("simplecnn", d, [10.0, 10.0], lease=A, round_=2) for d in ("cpu", "cuda")]
+    assert run(tmp_path, recs)["speedup"].row(0, named=True)["rounds"] == 1
 
 
 def test_every_spread_on_its_own_and_the_interval_that_holds_them(tmp_path):
@@ -151,7 +181,8 @@ def test_runs_in_a_lease_without_the_other_half_are_left_out_and_counted(tmp_pat
     ]
     row = run(tmp_path, recs)["speedup"].row(0, named=True)
     assert row["speedup"] == pytest.approx(10.0) and row["gpu_seeds"] == 1 and row["gpu_lease_ids"] == A
-    assert row["pairing_reason"] == "1 run(s) in leases without the other device left out (same-lease pairs only)"
+    # the reason names the device whose run was left out (was "1 run(s) in leases without the other device")
+    assert row["pairing_reason"] == "1 GPU run in a lease without a CPU run left out (same-lease pairs only)"
 
 
 def test_runs_carry_their_lease_round_and_drift_and_the_sentinels_are_a_table(tmp_path):
@@ -222,7 +253,8 @@ def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_pat
     assert marks == {"simplecnn": ("2.0×", ""), "resnet18": ("10.0×", "†"), "resnet50": ("40.0×", "‡")}
     assert [m[0] for m in key["marks"]] == ["†", "‡"] and "crosses machine leases" in key["marks"][0]
     assert "this host: 2 machine leases, 2 record(s) without one" in key["conditions"]
-    assert "1 figure(s) cross leases †" in key["conditions"] and "1 record(s) drifted" in key["conditions"]
+    assert "1 figure(s) cross leases †" in key["conditions"] and "1 of 6 jobs drifted" in key["conditions"]
+    assert "1 of 3 speedups pair CPU and GPU within one lease" in key["conditions"]
     head = report.headline(tables["speedup"], 0.02)
     cells = {r["model"]: r["cells"][1]["mark"] for r in head["rows"]}
     assert cells == {"simplecnn": "", "resnet18": "†", "resnet50": "‡"} and len(head["marks"]) == 2
@@ -260,15 +292,24 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
     assert cpu in sentinels and gpu in sentinels
     assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
-    (drift,) = section["drifted"]
-    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness
-    assert drift == (
-        "this host: simplecnn on CPU (paper, seed 0) in lease aaaaaaaa…: input pipeline, one process ×0.75, "
-        "memory bandwidth, one core ×1.10"
-    )
+    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table now, one
+    # row per component beyond its noise (source, variant, seed and round, one value in every row, in its caption)
+    drift = [[c["text"] for c in row] for row in section["drift"]["rows"]]
+    assert drift == [
+        ["simplecnn", "CPU", "aaaaaaaa…", "input pipeline, one process", "0.75 (25% slower)"],
+        ["simplecnn", "CPU", "aaaaaaaa…", "memory bandwidth, one core", "1.10 (10% faster)"],
+    ]
+    assert "Every row: source this host; variant paper; seed 0; round 1." in section["drift"]["caption"]
     leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
     assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]
-    assert "spread: lease to lease" in section["spreads"]["header"]
+    # a column empty in every row is left out (no figure here was paired in two leases); where one was, it shows
+    assert "spread: lease to lease" not in section["spreads"]["header"]
+    assert section["spreads"]["header"][0] == "model"
+    two = report.spread_table(run(tmp_path / "two", two_leases())["speedup"])
+    assert (
+        "spread: lease to lease" in two["header"]
+        and "×/÷" in two["rows"][0][two["header"].index("spread: lease to lease")]["text"]
+    )
 
 
 def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
@@ -286,3 +327,26 @@ def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     assert '<section id="conditions">' in html and "Measurement conditions" in html
     assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
     assert "2,200 images/s" in html and "· 2 machine leases, 2 record(s) without one;" in html
+
+
+def test_a_one_lease_figure_is_marked_beside_figures_of_several_and_the_cells_give_seconds_per_epoch(tmp_path):
+    make = records.make
+    recs = [
+        *two_leases(),
+        make("simplecnn", "cpu", [12.0] * 3, seed=0, lease=A),
+        make("simplecnn", "cpu", [14.0] * 3, seed=1, lease=A),
+        make("simplecnn", "cuda", [6.0] * 3, seed=0, lease=A),
+        make("simplecnn", "cuda", [7.0] * 3, seed=1, lease=A),
+        make("resnet50", "cpu", [100.0] * 3, lease=B),
+        make("resnet50", "cuda", [10.0] * 3, lease=B),
+    ]
+    tables = run(tmp_path, recs)
+    chips = {c["model"]: c["detail"] for c in report.key_results(tables)["sources"][0]["variants"][0]["chips"]}
+    assert chips["simplecnn"].endswith("] 1 lease")  # an interval, without a lease-to-lease spread
+    assert chips["resnet50"] == "1 run, 1 lease"  # no interval at all
+    assert "1 lease" not in chips["resnet18"]
+    head = report.headline(tables["speedup"], 0.02)
+    assert head["header"][0].endswith(", 10 epochs") and head["header"][1].endswith(", paper, 3 epochs")
+    cell = next(r for r in head["rows"] if r["model"] == "resnet18")["cells"][1]
+    cpu, gpu = (float(x) for x in re.findall(r"[\d.]+", cell["lines"][0]))
+    assert cell["lines"][0].endswith(" s/epoch") and f"{cpu / gpu:.1f}×" == cell["value"]

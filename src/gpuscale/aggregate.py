@@ -424,13 +424,14 @@ SPEEDUP_SCHEMA = {
     "lease_ids": pl.String,  # those leases' boot ids, comma-separated
     "cpu_lease_ids": pl.String,  # the leases of the CPU runs that entered the speedup
     "gpu_lease_ids": pl.String,
-    "rounds": pl.Int64,  # the most rounds any run of the pair was repeated in
+    "rounds": pl.Int64,  # how many rounds the pair's runs were measured in
     "epoch_spread": pl.Float64,  # log sd: steady epochs within a run, CPU and GPU in quadrature
     "round_spread": pl.Float64,  # log sd: rounds of one seed within a lease, CPU and GPU in quadrature
     "seed_spread": pl.Float64,  # log sd: seeds of one round within a lease, CPU and GPU in quadrature
     "lease_spread": pl.Float64,  # log sd of the leases' speedups (2+ leases)
     "speedup_interval_low": pl.Float64,  # speedup x exp(-1.96 sqrt(epoch² + round² + lease²)), holding the bootstrap
     "speedup_interval_high": pl.Float64,
+    "epochs": pl.Int64,  # epochs per run (the GPU half's where the halves differ: protocol_mismatch)
 }
 
 
@@ -454,8 +455,12 @@ def _pair_units(cpu: list[dict], gpu: list[dict], pairing: str) -> tuple[str | N
             (lease, [r for r in cpu if r["lease"] == lease], [r for r in gpu if r["lease"] == lease])
             for lease in shared
         ]
-        left = len(cpu) + len(gpu) - sum(len(c) + len(g) for _, c, g in units)
-        reason = f"{left} run(s) in leases without the other device left out (same-lease pairs only)" if left else None
+        left = [
+            f"{n} {side} run{'s' if n > 1 else ''} in a lease without a {other} run"
+            for side, other, runs in (("CPU", "GPU", cpu), ("GPU", "CPU", gpu))
+            if (n := sum(r["lease"] not in shared for r in runs))
+        ]
+        reason = f"{' and '.join(left)} left out (same-lease pairs only)" if left else None
         return SAME_LEASE, units, reason
     if UNKNOWN_LEASE in cpu_leases | gpu_leases:
         return UNKNOWN, [(UNKNOWN_LEASE, cpu, gpu)], None
@@ -488,6 +493,7 @@ def _speedup_row(cpu: list[dict], gpu: list[dict], pairing: str, tolerance: floa
         cpu, gpu = [r for _, c, _ in units for r in c], [r for _, _, g in units for r in g]
     return {
         **_halves(cpu, gpu, tolerance),
+        **_paired_seconds(units),
         **_ratio_columns(units),
         "pairing": kind,
         "pairing_reason": reason,
@@ -495,7 +501,7 @@ def _speedup_row(cpu: list[dict], gpu: list[dict], pairing: str, tolerance: floa
         "lease_ids": ", ".join(lease for lease, _, _ in units) if kind == SAME_LEASE else None,
         "cpu_lease_ids": _leases_text(cpu),
         "gpu_lease_ids": _leases_text(gpu),
-        "rounds": max((r["round"] for r in cpu + gpu), default=None),
+        "rounds": len({r["round"] for r in cpu + gpu}) or None,
     }
 
 
@@ -530,10 +536,57 @@ def _halves(cpu: list[dict], gpu: list[dict], tolerance: float) -> dict:
         "extrapolated": cpu_sampled or gpu_sampled,
         "cpu_extrapolated": cpu_sampled,
         "gpu_extrapolated": gpu_sampled,
+        "epochs": first.get("epochs"),
         "gpu_seeds": len(gpu) or None,
         "cpu_seeds": len(cpu) or None,
         "accuracy_parity": None if difference is None else abs(difference) <= tolerance,
     }
+
+
+_SECONDS = (
+    ("seconds", "total_train_seconds"),
+    ("epoch_seconds", "epoch_seconds_mean"),
+    ("steady_epoch_seconds", "steady_epoch_seconds_median"),
+)
+
+
+def _geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def _middle(ratios: list) -> list[int]:
+    """The units whose ratio is the log median: the middle one of an odd count, the middle two of an even one."""
+    order = sorted(range(len(ratios)), key=lambda i: ratios[i])
+    return order[(len(order) - 1) // 2 : len(order) // 2 + 1]
+
+
+def _paired_seconds(units: list) -> dict:
+    """Each side's seconds from the pairing the speedup came from, so that CPU / GPU shown is the speedup: the medians
+    of the lease whose ratio is the median (the geometric mean of the middle two leases' for an even count); the
+    steady seconds likewise from the steady ratios. Without a pair, nothing (each half's own medians stand)."""
+    if not units:
+        return {}
+    medians = [
+        {
+            f"{side}_{column}": _median(r[field] for r in runs)
+            for side, runs in (("cpu", c), ("gpu", g))
+            for column, field in _SECONDS
+        }
+        for _, c, g in units
+    ]
+    out = {}
+    for column in ("seconds", "epoch_seconds", "steady_epoch_seconds"):
+        cpu, gpu = [m[f"cpu_{column}"] for m in medians], [m[f"gpu_{column}"] for m in medians]
+        basis = "steady_epoch_seconds" if column == "steady_epoch_seconds" else "epoch_seconds"
+        ratios = [
+            m[f"cpu_{basis}"] / m[f"gpu_{basis}"] if m[f"cpu_{basis}"] and m[f"gpu_{basis}"] else None for m in medians
+        ]
+        if None in ratios or None in cpu or None in gpu:
+            continue
+        middle = _middle(ratios)
+        out[f"cpu_{column}"] = _geometric_mean([cpu[i] for i in middle])
+        out[f"gpu_{column}"] = _geometric_mean([gpu[i] for i in middle])
+    return out
 
 
 def _ratio_columns(units: list) -> dict:

@@ -347,25 +347,40 @@ def _paper_points(speedup: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.Float64).alias("speedup_interval_low"),
         pl.lit(None, dtype=pl.Float64).alias("speedup_interval_high"),
         pl.lit(None, dtype=pl.String).alias("pairing"),
+        pl.lit(None, dtype=pl.Int64).alias("leases"),
     )
 
 
 def _size_points(speedup: pl.DataFrame, column: str) -> pl.DataFrame:
-    """The measured speedups and the paper's, each with its size in `column`."""
-    measured = speedup.filter(pl.col("speedup").is_not_null()).select(
-        "source",
-        "variant",
-        "model",
-        "parameters",
-        "train_flops_per_image",
-        "speedup",
-        "cpu_epoch_seconds",
-        "gpu_epoch_seconds",
-        "speedup_ci_low",
-        "speedup_ci_high",
-        "speedup_interval_low",
-        "speedup_interval_high",
-        "pairing",
+    """The measured speedups and the paper's, each with its size in `column`; the interval with every spread only
+    where the page shows one (a figure repeated in seeds, rounds or leases: report.speedup_interval's rule)."""
+    repeated = (
+        pl.col("speedup_ci_low").is_not_null()
+        | (pl.col("leases").fill_null(0) > 1)
+        | (pl.col("rounds").fill_null(1) > 1)
+    )
+    measured = (
+        speedup.filter(pl.col("speedup").is_not_null())
+        .with_columns(
+            pl.when(repeated).then(pl.col(c)).otherwise(None).alias(c)
+            for c in ("speedup_interval_low", "speedup_interval_high")
+        )
+        .select(
+            "source",
+            "variant",
+            "model",
+            "parameters",
+            "train_flops_per_image",
+            "speedup",
+            "cpu_epoch_seconds",
+            "gpu_epoch_seconds",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "speedup_interval_low",
+            "speedup_interval_high",
+            "pairing",
+            "leases",
+        )
     )
     return pl.concat([measured, _paper_points(speedup)], how="vertical_relaxed").filter(pl.col(column).is_not_null())
 
@@ -446,6 +461,7 @@ def _size_tooltip(column: str) -> list[alt.Tooltip]:
         alt.Tooltip("speedup_interval_low:Q", format=".2f", title="with every spread, low (×)"),
         alt.Tooltip("speedup_interval_high:Q", format=".2f", title="with every spread, high (×)"),
         alt.Tooltip("pairing_words:N", title="CPU and GPU paired"),
+        alt.Tooltip("leases:Q", title="machine leases"),
         alt.Tooltip("cpu_epoch_seconds:Q", format=".2f", title="CPU seconds per epoch"),
         alt.Tooltip("gpu_epoch_seconds:Q", format=".2f", title="GPU seconds per epoch"),
     ]

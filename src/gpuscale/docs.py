@@ -157,8 +157,10 @@ def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
     lines += [
         "",
         "Brackets (where a figure was repeated): an interval holding the spread between epochs, rounds and machine "
-        "leases and the 95% bootstrap over seeds; steady: the first epoch (compilation, warm-up) left out; sampled*: "
-        f"the time extrapolated from a few timed steps per epoch (checked on full runs in the report).{marks}",
+        'leases and the 95% bootstrap over seeds ("1 lease": measured in one lease, so no lease-to-lease spread; '
+        '"1 run, 1 lease": one run per device, no interval); '
+        "steady: the first epoch (compilation, warm-up) left out; sampled*: the time extrapolated from a few timed "
+        f"steps per epoch, its error in no interval (checked on full runs in the report).{marks}",
     ]
     return "\n".join(lines) + "\n"
 

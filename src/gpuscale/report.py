@@ -114,6 +114,8 @@ def _cell(column: str, value) -> str:
         return words.PAIRING_WORDS.get(value, value)
     if column == "lease":
         return _lease_short(value)
+    if column == "drift_speed_ratio":
+        return words.speed_ratio(value)
     if column == "component":
         return words.sentinel_component(value) + (" (dropped)" if value in machine.DROPPED else "")
     if column in ("between_records", "own_spread"):  # (max − min) / median, as the sentinel gives its own
@@ -194,9 +196,16 @@ def _by_flops(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.sort("train_flops_per_image", "parameters", "model", nulls_last=True)
 
 
-def _chip(row: dict) -> dict:
-    """One model's headline speedup: whole run, its interval, the steady one where that differs, and its mark where
-    CPU and GPU were not paired within one known lease."""
+def _several_leases(speedup: pl.DataFrame, source: str) -> bool:
+    """Whether some figure of `source` was paired in two or more leases: then a one-lease interval, without the
+    lease-to-lease spread, is marked '1 lease' beside its bracket."""
+    return (speedup.filter(pl.col("source") == source)["leases"].max() or 0) > 1
+
+
+def _chip(row: dict, several_leases: bool = False) -> dict:
+    """One model's headline speedup: whole run, its interval ('1 lease' where it holds no lease-to-lease spread and
+    other figures of its source do), the steady one where that differs, and its mark where CPU and GPU were not
+    paired within one known lease."""
     mark = words.pairing_mark(row.get("pairing"))
     if row["speedup"] is None:
         if row.get("pairing_reason") and row["cpu_seconds"] is not None and row["gpu_seconds"] is not None:
@@ -206,7 +215,9 @@ def _chip(row: dict) -> dict:
         return {"model": row["model"], "value": "—", "mark": "", "detail": reason}
     detail = []
     if text := words.interval(*speedup_interval(row)):
-        detail.append(text)
+        detail.append(text + (" 1 lease" if several_leases and row.get("leases") == 1 else ""))
+    elif several_leases and row.get("leases") == 1:
+        detail.append("1 run, 1 lease")  # no interval: one run per device, where the others have several leases
     steady = row["steady_speedup"]
     if steady and max(steady, row["speedup"]) / min(steady, row["speedup"]) >= STEADY_DIFFERS:
         detail.append(f"steady {words.times(steady)}")
@@ -413,7 +424,8 @@ def key_results(tables: dict, pred: dict | None = None) -> dict:
         variants = []
         for variant in _variants(frame):
             rows = _by_flops(frame.filter(pl.col("variant") == variant)).to_dicts()
-            variants.append({"name": variant, "chips": [_chip(r) for r in rows]})
+            several = _several_leases(speedup, source)
+            variants.append({"name": variant, "chips": [_chip(r, several) for r in rows]})
         baseline = "paper" if "paper" in [v["name"] for v in variants] else variants[0]["name"]
         verdict = fit_verdict(fits, source, baseline)
         findings = []
@@ -770,7 +782,7 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
             if r is None:
                 cells.append({"value": "not run", "mark": "", "lines": []})
                 continue
-            cells.append(_headline_cell(r))
+            cells.append(_headline_cell(r, _several_leases(speedup, s)))
             notes += _headline_notes(speedup, s, v, r, p, tolerance)
         rows.append(
             {
@@ -781,11 +793,20 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
                 "notes": notes,
             }
         )
-    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']})"] + [
-        f"{words.source_short(s)}, {v}" for s, v in groups
+    header = [f"paper ({paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}), {paper.EPOCHS} epochs"] + [
+        f"{words.source_short(s)}, {v}{_epochs_words(speedup, s, v)}" for s, v in groups
     ]
     marks = words.pairing_keys(speedup.filter(pl.col("speedup").is_not_null())["pairing"].drop_nulls().to_list())
     return {"header": header, "rows": rows, "csv": _headline_csv(speedup), "marks": marks}
+
+
+def _epochs_words(speedup: pl.DataFrame, source: str, variant: str) -> str:
+    """', 3 epochs' (or ', 1-3 epochs') for one source and variant's runs, '' where not known."""
+    found = speedup.filter((pl.col("source") == source) & (pl.col("variant") == variant))["epochs"].drop_nulls()
+    if found.is_empty():
+        return ""
+    low, high = found.min(), found.max()
+    return f", {low} epoch{'s' if high > 1 else ''}" if low == high else f", {low}-{high} epochs"
 
 
 def _headline_models(speedup: pl.DataFrame, papers: dict) -> list[dict]:
@@ -806,12 +827,18 @@ def _headline_models(speedup: pl.DataFrame, papers: dict) -> list[dict]:
     ).to_dicts()
 
 
-def _headline_cell(r: dict) -> dict:
-    """One source and variant's cell: the speedup, both times, the interval or steady speedup, the GPU accuracy."""
-    chip = _chip(r)
+def _per_epoch(cpu: float, gpu: float) -> str:
+    """Both sides' seconds per epoch, first epoch included: 'CPU 19.3 · GPU 6.02 s/epoch'."""
+    return f"CPU {words.seconds(cpu)[:-2]} · GPU {words.seconds(gpu)[:-2]} s/epoch"
+
+
+def _headline_cell(r: dict, several_leases: bool = False) -> dict:
+    """One source and variant's cell: the speedup, both sides' seconds per epoch (from the pairing the speedup came
+    from, so they divide to it; epochs differ between studies), the interval or steady speedup, the GPU accuracy."""
+    chip = _chip(r, several_leases)
     lines = []
-    if r["cpu_seconds"] is not None and r["gpu_seconds"] is not None:
-        lines.append(f"CPU {words.seconds(r['cpu_seconds'])} · GPU {words.seconds(r['gpu_seconds'])}")
+    if r["cpu_epoch_seconds"] is not None and r["gpu_epoch_seconds"] is not None:
+        lines.append(_per_epoch(r["cpu_epoch_seconds"], r["gpu_epoch_seconds"]))
     if chip["detail"]:
         lines.append(chip["detail"])
     if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
@@ -851,7 +878,7 @@ def _paper_cell(p: dict | None) -> dict:
         "value": words.times(p["speedup"]),
         "mark": "",
         "lines": [
-            f"CPU {words.seconds(p['cpu_seconds'])} · GPU {words.seconds(p['gpu_seconds'])}",
+            _per_epoch(p["cpu_seconds"] / paper.EPOCHS, p["gpu_seconds"] / paper.EPOCHS),
             f"GPU accuracy {words.percent(p['gpu_accuracy'], 2)}"
             if p["gpu_accuracy"] is not None
             else "accuracy not reported",
@@ -915,7 +942,41 @@ def _headline_csv(speedup: pl.DataFrame) -> str:
 
 # ---- measurement conditions (the machine state: leases, sentinels, drift, spreads) -------------------------------
 UNKNOWN_LEASE = "unknown"
-DRIFT_LISTED = 12  # drifted records named one by one; more are counted
+PAIRING_GROUPS = {  # the pairing notes, each kind under its own heading
+    "cross": "Figures whose CPU and GPU cross leases †",
+    "none": "Models without a same-lease pair (no speedup)",
+    "left": "Same-lease figures that left runs out (runs in a lease without the other device)",
+}
+GLOSSARY = [
+    (
+        "lease",
+        "one boot of the machine (its boot id): one rental of a cloud GPU machine. Its speed differs from the next "
+        "lease's, so a speedup divides CPU and GPU timings of one lease.",
+    ),
+    (
+        "sentinel",
+        "a short fixed measurement (about 1 s on a CPU, 2 s on a GPU: memory bandwidth, the input pipeline in one "
+        "process and at the loader's workers, the GPU's per-op launch cost) taken before and after every job: a "
+        "witness of the machine's level, never a correction.",
+    ),
+    (
+        "drifted",
+        f"a job whose after-sentinel moved, in some component, by more than {machine.DRIFT_NOISE_FACTOR:g} times the "
+        f"larger of the two sentinels' own spreads and by at least {machine.DRIFT_FLOOR:.0%} (gpuscale.conditions); "
+        "shown as the speed after / before (>1: faster).",
+    ),
+    (
+        "spread",
+        "of a sentinel: (max − min) / median of its repeats or records, in %; of a speedup: one standard deviation "
+        "on the log scale between epochs, rounds, seeds or leases, written ×/÷ the factor it moves the figure by.",
+    ),
+    ("round", "one pass over the whole interleaved set of timing jobs (study.rounds); a later round repeats it."),
+    (
+        "sampled*",
+        "a time extrapolated from a few timed steps per epoch; the extrapolation's error is in no interval (the "
+        "Checks section measures it on full runs).",
+    ),
+]
 
 
 def _lease_short(lease: str | None) -> str:
@@ -939,7 +1000,10 @@ def _source_conditions(source: str, runs: pl.DataFrame, speedup: pl.DataFrame, c
         "unpaired": figures.filter(
             pl.col("speedup").is_null() & pl.col("pairing_reason").is_not_null() & pl.col("gpu_seconds").is_not_null()
         ).height,
-        "rounds": mine["round"].max() or 1,
+        "rounds": mine["round"].n_unique() or 1,
+        "speedups": figures.filter(pl.col("speedup").is_not_null()).height,
+        "same_lease": figures.filter(pl.col("speedup").is_not_null() & (pl.col("pairing") == "same-lease")).height,
+        "not_recorded": figures.filter(pl.col("speedup").is_not_null() & (pl.col("pairing") == "unknown")).height,
     }
 
 
@@ -960,10 +1024,18 @@ def _conditions_words(c: dict, brief: bool = False, named: bool = True) -> str:
         text = text.replace("without a lease", "without a lease or sentinel")
     if c["rounds"] > 1:
         text += f"; {c['rounds']} rounds"
-    if c["drifted"]:
-        text += f"; {c['drifted']} record(s) drifted"
+    if not c["leases"]:
+        pass  # no lease recorded at all: the records' own words above say it, and ‡ marks every figure
+    elif c["speedups"] and c["same_lease"] == c["speedups"]:
+        text += f"; all {c['speedups']} speedups pair CPU and GPU within one lease"
+    elif c["speedups"]:
+        text += f"; {c['same_lease']} of {c['speedups']} speedups pair CPU and GPU within one lease"
     if c["crossing"]:
-        text += f"; {c['crossing']} figure(s) cross leases †"
+        text += f", {c['crossing']} figure(s) cross leases †"
+    if c["not_recorded"] and c["leases"]:
+        text += f", {c['not_recorded']} with the lease not recorded ‡"
+    if c["drifted"]:
+        text += f"; {c['drifted']} of {c['records']} jobs drifted"
     if c["unpaired"]:
         text += f"; {c['unpaired']} model(s) without a same-lease pair (no speedup)"
     return text if named else text.removeprefix(": ")
@@ -981,22 +1053,53 @@ def conditions_line(tables: dict) -> str | None:
     return "Machine state: " + "; ".join(parts) if parts else None
 
 
-def _drift_text(r: dict, conditions: pl.DataFrame) -> str:
-    """One drifted record and the components that moved most (after / before as a speed ratio, >1 faster), judged
-    as gpuscale.conditions judges them (components since dropped from the sentinel left out)."""
+def _drift_rows(r: dict, conditions: pl.DataFrame) -> list[dict]:
+    """One drifted record's components that moved beyond their noise, each with its speed ratio after / before (>1:
+    faster), judged as gpuscale.conditions judges them (components since dropped from the sentinel left out)."""
     mine = conditions.filter(*(pl.col(k).eq_missing(r[k]) for k in KEY_COLUMNS))
     sentinels = {
         when: {"components": {c["component"]: c for c in frame.iter_rows(named=True)}}
         for (when,), frame in mine.group_by(["when"])
     }
     _, ratios = machine.drift(sentinels.get("before"), sentinels.get("after"))
-    moved = sorted(ratios.items(), key=lambda kv: -abs(math.log(kv[1])))
-    where = f"{r['model']} on {words.device(r['device'])} ({r['variant']}, seed {r['seed']}"
-    where += f", round {r['round']})" if r["round"] > 1 else ")"
-    listed = ", ".join(f"{words.sentinel_component(name)} ×{ratio:.2f}" for name, ratio in moved[:3])
-    return f"{words.source_short(r['source'])}: {where} in lease {_lease_short(r['lease'])}" + (
-        f": {listed}" if listed else ""
+    rows = []
+    for name, ratio in sorted(ratios.items(), key=lambda kv: -abs(math.log(kv[1]))):
+        spreads = [sentinels[w]["components"][name].get("spread") or 0.0 for w in ("before", "after")]
+        if abs(ratio - 1) > max(machine.DRIFT_FLOOR, machine.DRIFT_NOISE_FACTOR * max(spreads)):
+            rows.append({**{k: r[k] for k in DRIFT_KEY}, "component": name, "drift_speed_ratio": ratio})
+    return rows
+
+
+DRIFT_KEY = ["model", "device", "source", "variant", "seed", "round", "lease"]
+
+
+def drift_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
+    """Every drifted record, one row per component that moved beyond its noise."""
+    drifted = runs.filter(pl.col("drifted").fill_null(False)).sort(KEY_COLUMNS)
+    rows = [row for r in drifted.iter_rows(named=True) for row in _drift_rows(r, conditions)]
+    if not rows:
+        return None
+    frame = pl.DataFrame(
+        rows, schema={**dict(runs.select(DRIFT_KEY).schema), "component": pl.String, "drift_speed_ratio": pl.Float64}
     )
+    columns, constant = _varying(frame, [*DRIFT_KEY, "component", "drift_speed_ratio"], DRIFT_KEY[2:6])
+    return table(
+        "drift",
+        f"The {drifted.height} records whose machine drifted during the job: each component of the sentinel that moved "
+        "beyond its noise, as the speed after the job over the speed before it (>1: the machine got faster)."
+        + constant,
+        frame,
+        columns,
+    )
+
+
+def _varying(frame: pl.DataFrame, columns: list[str], context: list[str]) -> tuple[list[str], str]:
+    """The columns worth a column: none empty in every row, no context column with one value in every row (named
+    once in the caption instead, ' Every row: ...')."""
+    kept = [c for c in columns if frame[c].null_count() < frame.height]
+    same = [c for c in context if c in kept and frame.height > 1 and frame[c].n_unique() == 1]
+    note = "; ".join(f"{words.column(c)} {_cell(c, frame[c][0])}" for c in same)
+    return [c for c in kept if c not in same], f" Every row: {note}." if note else ""
 
 
 def lease_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
@@ -1022,6 +1125,24 @@ def lease_table(runs: pl.DataFrame, conditions: pl.DataFrame) -> dict | None:
     return table("leases", "Each machine lease (boot id) the records were measured in.", frame)
 
 
+def _sentinel_unit(component: str, largest: float | None) -> tuple[float, str, int]:
+    """(divisor, unit, decimals) for every figure of one component, so that its rows read in one unit and to the same
+    decimals."""
+    unit = machine.unit_of(component)[0]
+    divisor, unit = {
+        "FLOP/s": (1e12, "TFLOP/s") if (largest or 0) >= 1e13 else (1e9, "GFLOP/s"),
+        "bytes/s": (1e9, "GB/s"),
+        "s/op": (1e-6, "µs/op"),
+    }.get(unit, (1.0, unit))
+    top = (largest or 0) / divisor
+    return divisor, unit, 0 if top >= 100 else 1 if top >= 10 else 2
+
+
+def _sentinel_value(scale: tuple[float, str, int], value: float | None) -> str:
+    divisor, unit, decimals = scale
+    return "—" if value is None else f"{value / divisor:,.{decimals}f} {unit}"
+
+
 def sentinel_table(conditions: pl.DataFrame) -> dict | None:
     """Each lease's sentinel figures: per component and device, the median over its records' before-sentinels, the
     spread between those records and the sentinel's own spread over its repeats."""
@@ -1039,24 +1160,30 @@ def sentinel_table(conditions: pl.DataFrame) -> dict | None:
         )
         .sort("source", "component", "device", "lease")
     )
+    order = [*machine.COMPONENTS, *machine.DROPPED]
+    frame = frame.with_columns(
+        pl.col("component").replace_strict(order, list(range(len(order))), default=len(order)).alias("_order")
+    ).sort("_order", "source", "device", "lease")
+    scale = {c: _sentinel_unit(c, frame.filter(pl.col("component") == c)["median"].max()) for c in order}
     frame = frame.with_columns(
         pl.struct("component", "median")
-        .map_elements(lambda r: machine.format_value(r["component"], r["median"]), return_dtype=pl.String)
+        .map_elements(lambda r: _sentinel_value(scale[r["component"]], r["median"]), return_dtype=pl.String)
         .alias("sentinel_value")
-    )
+    ).drop("_order")
     columns = ["source", "component", "device", "lease", "records", "sentinel_value", "between_records", "own_spread"]
     return table(
         "sentinels",
         "Each lease's sentinel, taken before every job (per device: a job's threads and loader workers): a witness of "
-        "the machine state, never a correction. A component dropped from the sentinel is shown as recorded.",
+        "the machine state, never a correction. The components kept first; those dropped from the sentinel (they "
+        "tracked nothing, docs/conditions.md) last, shown as recorded.",
         frame.select(columns),
     )
 
 
 SPREAD_COLUMNS = [
+    "model",
     "source",
     "variant",
-    "model",
     "speedup",
     "pairing",
     "leases",
@@ -1073,15 +1200,25 @@ SPREAD_COLUMNS = [
 
 
 def spread_table(speedup: pl.DataFrame) -> dict | None:
+    """Every speedup's spreads on their own beside the bootstrap and the interval the page shows with it (none for
+    a single run per device, as on the first screen); columns empty in every row left out, and the source, variant,
+    pairing, leases or rounds where one value holds for every row said once in the caption."""
     frame = _by_flops(speedup.filter(pl.col("speedup").is_not_null())).sort("source", "variant", maintain_order=True)
     if frame.is_empty():
         return None
+    shown = [speedup_interval(r) for r in frame.iter_rows(named=True)]
+    frame = frame.with_columns(
+        pl.Series("speedup_interval_low", [low for low, _ in shown], dtype=pl.Float64),
+        pl.Series("speedup_interval_high", [high for _, high in shown], dtype=pl.Float64),
+    )
+    columns, constant = _varying(frame, SPREAD_COLUMNS, ["source", "variant", "pairing", "leases", "rounds"])
     return table(
         "spreads",
-        "Each speedup's spreads on their own (one standard deviation, as the factor it moves the figure by) and "
-        "the interval that holds them with the bootstrap over seeds.",
+        "Each speedup's spreads on their own, each one standard deviation on the log scale, written as the factor "
+        "(×/÷) it multiplies or divides the figure by, and the interval shown with the figure, which holds them and "
+        "the bootstrap over seeds (none for a single run per device)." + constant,
         frame,
-        SPREAD_COLUMNS,
+        columns,
     )
 
 
@@ -1093,21 +1230,24 @@ def conditions_section(tables: dict) -> dict:
         runs.filter(pl.col("status") == "measured")["source"].unique().to_list(), key=lambda s: (s != LOCAL_SOURCE, s)
     )
     summary = [_conditions_words(_source_conditions(s, runs, speedup, conditions)) for s in sources]
-    crossing = [
-        f"{words.source_short(r['source'])}, {r['variant']}, {r['model']}: "
-        + (f"{words.times(r['speedup'])}{words.pairing_mark(r['pairing'])}; " if r["speedup"] is not None else "")
-        + r["pairing_reason"]
-        for r in speedup.filter(pl.col("pairing_reason").is_not_null()).iter_rows(named=True)
-    ]
-    drifted = runs.filter(pl.col("drifted").fill_null(False)).sort(KEY_COLUMNS)
-    drift = [_drift_text(r, conditions) for r in drifted.head(DRIFT_LISTED).iter_rows(named=True)]
-    if drifted.height > DRIFT_LISTED:
-        drift.append(f"and {drifted.height - DRIFT_LISTED} more (the runs table's drift column)")
+    groups: dict[str, list[str]] = {title: [] for title in PAIRING_GROUPS.values()}
+    for r in speedup.filter(pl.col("pairing_reason").is_not_null()).iter_rows(named=True):
+        kind = "none" if r["speedup"] is None else ("cross" if r["pairing"] == "cross-lease" else "left")
+        figure = f"{words.times(r['speedup'])}{words.pairing_mark(r['pairing'])}" if r["speedup"] is not None else ""
+        if kind == "left":
+            figure += f" from {r['leases']} lease{'s' if r['leases'] != 1 else ''}" if r["leases"] else ""
+        groups[PAIRING_GROUPS[kind]].append(
+            f"{words.source_short(r['source'])}, {r['variant']}, {r['model']}: "
+            + (f"{figure}; " if figure else "")
+            + r["pairing_reason"]
+        )
     return {
         "pairing": tables.get("pairing", "same-lease"),
+        "glossary": GLOSSARY,
         "summary": summary,
-        "crossing": crossing,
-        "drifted": drift,
+        "crossing": [line for lines in groups.values() for line in lines],
+        "pairing_groups": [{"title": title, "lines": lines} for title, lines in groups.items() if lines],
+        "drift": drift_table(runs, conditions),
         "leases": lease_table(runs, conditions),
         "sentinels": sentinel_table(conditions),
         "spreads": spread_table(speedup),

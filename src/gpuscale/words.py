@@ -108,6 +108,7 @@ COLUMNS = {
     "lease_spread": "spread: lease to lease",
     "speedup_interval_low": "speedup, interval with every spread, low (×)",
     "speedup_interval_high": "speedup, interval with every spread, high (×)",
+    "drift_speed_ratio": "speed after / before the job (>1: faster)",
     "when": "sentinel",
     "component": "sentinel component",
     "unit": "unit",
@@ -402,10 +403,17 @@ def sentinel_component(name: str) -> str:
 
 
 def spread(log_sd: float | None) -> str:
-    """A spread on the log scale as the factor it moves a figure by, one sd: 0.095 -> '±10%'."""
+    """A spread on the log scale (one sd) as the factor a figure is multiplied or divided by: 0.095 -> '×/÷1.10'."""
     if log_sd is None:
         return "—"
-    return f"±{math.exp(log_sd) - 1:.0%}"
+    return f"×/÷{math.exp(log_sd):.2f}"
+
+
+def speed_ratio(ratio: float | None) -> str:
+    """A drift as a speed ratio after / before: 0.75 -> '0.75 (25% slower)', 1.10 -> '1.10 (10% faster)'."""
+    if ratio is None:
+        return "—"
+    return f"{ratio:.2f} ({abs(ratio - 1):.0%} {'faster' if ratio >= 1 else 'slower'})"
 
 
 def interval(low: float | None, high: float | None) -> str:
