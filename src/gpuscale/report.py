@@ -962,7 +962,8 @@ GLOSSARY = [
     (
         "drifted",
         f"a job whose after-sentinel moved, in some component, by more than {machine.DRIFT_NOISE_FACTOR:g} times the "
-        f"larger of the two sentinels' own spreads and by at least {machine.DRIFT_FLOOR:.0%} (gpuscale.conditions); "
+        f"larger of the two sentinels' own spreads and by at least {machine.DRIFT_FLOOR:.0%} "
+        "(gpuscale.contract.conditions); "
         "shown as the speed after / before (>1: faster).",
     ),
     (
@@ -1055,7 +1056,8 @@ def conditions_line(tables: dict) -> str | None:
 
 def _drift_rows(r: dict, conditions: pl.DataFrame) -> list[dict]:
     """One drifted record's components that moved beyond their noise, each with its speed ratio after / before (>1:
-    faster), judged as gpuscale.conditions judges them (components since dropped from the sentinel left out)."""
+    faster), judged as gpuscale.contract.conditions judges them (components since dropped from the sentinel left
+    out)."""
     mine = conditions.filter(*(pl.col(k).eq_missing(r[k]) for k in KEY_COLUMNS))
     sentinels = {
         when: {"components": {c["component"]: c for c in frame.iter_rows(named=True)}}

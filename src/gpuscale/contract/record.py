@@ -337,7 +337,7 @@ def upgrade(record: dict) -> dict:
     3 -> 4 added conditions (the lease and the sentinels; an older record's lease is its environment.boot_id where
     it has one, else 'unknown', and it has no sentinel) and key.round (absent: the first round). A record's
     `drifted` and `drift` are derived from its two sentinels, so they are judged again here by the components and
-    rule of gpuscale.conditions (the first sentinel had components since dropped).
+    rule of gpuscale.contract.conditions (the first sentinel had components since dropped).
     2 -> 3 added step marks, process.segments and distributed (a single process: None).
     1 -> 2 added the phase profile, energy, variant details and sampled epochs (never sampled: False).
     """

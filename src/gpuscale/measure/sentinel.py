@@ -5,7 +5,7 @@ A few seconds before and after every timing job (and around every probe) it meas
 time, what the epochs lean on: the memory bandwidth of one core, the host input pipeline of the `paper` variant
 (images/s through the configured per-sample transforms, in one process and at the configured loader workers) and,
 on a GPU, the cost of one small launched op. Each component is the median of a few repeats with its own spread.
-Which components it keeps, their units and the drift rule live in gpuscale.conditions (torch-free).
+Which components it keeps, their units and the drift rule live in gpuscale.contract.conditions (torch-free).
 
 It records a level: two leases of one machine kind are told apart by it, and a job whose after-sentinel moved
 beyond its own noise is marked `drifted`. It never rescales a timing (two sentinels taken before rounds of the
