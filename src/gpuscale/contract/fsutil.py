@@ -108,17 +108,16 @@ def atomic_directory(path: Path | str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def sha256_file(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def _file_digest(path: Path | str, digest, chunk_bytes: int) -> str:
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_file(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
+    return _file_digest(path, hashlib.sha256(), chunk_bytes)
 
 
 def md5_file(path: Path | str, chunk_bytes: int = 1 << 20) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return _file_digest(path, hashlib.md5(), chunk_bytes)

@@ -92,6 +92,22 @@ def host_loaders(
     return train, test
 
 
+def synthetic_host_loader(count: int, settings: TrainSettings | dict, device: torch.device, label: str):
+    """The paper's host DataLoader (configured workers, pinning, transforms) over `count` seeded random 32x32 RGB
+    images, the same ones on every call: the probe's and the sentinel's input-pipeline rates time it."""
+    images = np.random.default_rng(0).integers(0, 256, size=(count, 32, 32, 3), dtype=np.uint8)
+    dataset = data_stage.Dataset(
+        train_images=images,
+        train_labels=np.arange(count, dtype=np.int64) % 10,
+        test_images=np.zeros((1, 32, 32, 3), dtype=np.uint8),
+        test_labels=np.zeros(1, dtype=np.int64),
+        classes=tuple(str(i) for i in range(10)),
+        source={"source": label},
+    )
+    loader, _ = host_loaders(dataset, settings, device, seed=0)
+    return loader
+
+
 class DeviceLoader:
     """uint8 images resident on the device; each batch is cropped, flipped and normalised on the device.
 

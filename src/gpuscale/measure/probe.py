@@ -23,7 +23,6 @@ import time
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -314,19 +313,9 @@ def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, i
     start-up excluded; with `step`, each batch is also copied to the device and a training step run on it, as the
     training loop does (the main process's own share of loading, the batch's collation and pinning, then waits
     for the step: the rate training sees when the compute is small)."""
-    from gpuscale.inputs import data as data_stage
     from gpuscale.measure import loaders
 
-    rng = np.random.default_rng(0)
-    dataset = data_stage.Dataset(
-        train_images=rng.integers(0, 256, size=(images, 32, 32, 3), dtype=np.uint8),
-        train_labels=np.arange(images, dtype=np.int64) % 10,
-        test_images=np.zeros((1, 32, 32, 3), dtype=np.uint8),
-        test_labels=np.zeros(1, dtype=np.int64),
-        classes=tuple(str(i) for i in range(10)),
-        source={"source": "probe synthetic"},
-    )
-    loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
+    loader = loaders.synthetic_host_loader(images, train, device, "probe synthetic")
     batches, seen, start, first = 0, 0, time.perf_counter(), None
     for x, y in loader:
         if step is not None:

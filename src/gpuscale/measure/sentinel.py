@@ -76,20 +76,11 @@ def _pipeline_one_process(train) -> list[float]:
 def _pipeline_workers(train, device: torch.device) -> list[float]:
     """images/s of the configured DataLoader (workers, pinning), worker start-up excluded; one repeat per chunk
     of batches of one loader. With no workers configured it is the one-process pipeline batched and collated."""
-    from gpuscale.inputs import data as data_stage
     from gpuscale.measure import loaders
 
     batch = train.batch_size
     count = batch * (1 + _WORKER_BATCHES * REPEATS)
-    dataset = data_stage.Dataset(
-        train_images=_fixed_images(count),
-        train_labels=np.arange(count, dtype=np.int64) % 10,
-        test_images=np.zeros((1, 32, 32, 3), dtype=np.uint8),
-        test_labels=np.zeros(1, dtype=np.int64),
-        classes=tuple(str(i) for i in range(10)),
-        source={"source": "sentinel synthetic"},
-    )
-    loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
+    loader = loaders.synthetic_host_loader(count, train, device, "sentinel synthetic")
     batches = iter(loader)
     next(batches)  # worker start-up is not the pipeline's rate
     rates = []
