@@ -19,6 +19,7 @@ def predict_targets():
 rule probe:
     input:
         host=rules.host.output.host,
+        data=rules.data.output.prepared,
         code=PREDICT_CODE["probe"],
     output:
         probe="results/probe/{device}.json",
@@ -36,7 +37,7 @@ rule probe:
     message:
         "Probing {wildcards.device}: layer rates, step costs, input pipeline"
     shell:
-        "gpuscale probe {params.params_args} --device {wildcards.device:q} --threads {threads}"
+        "gpuscale probe {params.params_args} --device {wildcards.device:q} --threads {threads} --data {input.data:q}"
         " --out {output.probe:q} --log {log:q}"
 
 

@@ -14,6 +14,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="probe record path, e.g. results/probe/cpu.json")
     parser.add_argument("--seconds", type=float, help="time budget (default: predict.probe_seconds)")
     parser.add_argument("--threads", type=int, help="torch threads on cpu (default: train.cpu_threads, else all cores)")
+    parser.add_argument(
+        "--data",
+        help="the prepared dataset training reads (gpuscale data --out DIR): the input pipeline is timed on it"
+        " (default: on synthetic images)",
+    )
 
 
 def check(args) -> None:
@@ -28,6 +33,12 @@ def check(args) -> None:
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
     writable(args.out, "--out")
+    if args.data is not None:
+        from pathlib import Path
+
+        data = Path(args.data)
+        if not data.is_dir() or not (data / "manifest.json").is_file():
+            raise UsageError(f"--data: {args.data!r} is not a prepared dataset (make one with: gpuscale data --out DIR)")
 
 
 def run(args) -> int:
@@ -39,12 +50,21 @@ def run(args) -> int:
 
     config = load_typed(args)
     budget = args.seconds or config.predict.probe_seconds
+    dataset = None
+    if args.data is not None:
+        from gpuscale.inputs import data as data_stage
+
+        try:
+            dataset, _, _ = data_stage.load_prepared(args.data, verify=False)
+        except data_stage.DataError as err:
+            print(f"gpuscale probe: error: --data: {err}", file=sys.stderr)
+            return 2
     try:
         with (
             timinglock.hold()
         ):  # a probe times the device: never beside another timing job (gpuscale.measure.timinglock)
             device = DeviceSpec.parse(args.device).per_process  # cpu-ddp2: one process's device, cpu
-            doc = probe.run(device, config.train, budget, threads=args.threads)
+            doc = probe.run(device, config.train, budget, threads=args.threads, dataset=dataset)
         probe.write(args.out, doc)
     except probe.ProbeError as err:
         print(f"gpuscale probe: error: {err}", file=sys.stderr)

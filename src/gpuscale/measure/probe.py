@@ -308,33 +308,70 @@ def host_to_device(device: torch.device, seconds: float) -> float | None:
     return source.numel() / per_copy
 
 
-def input_pipeline(train: TrainSettings, device: torch.device, seconds: float, images: int = 16384, step=None) -> dict:
-    """images/s of the `paper` host DataLoader (configured workers and transforms) on synthetic uint8 images, worker
-    start-up excluded; with `step`, each batch is also copied to the device and a training step run on it, as the
-    training loop does (the main process's own share of loading, the batch's collation and pinning, then waits
-    for the step: the rate training sees when the compute is small)."""
+PIPELINE_WINDOWS = 3  # the input pipeline is timed in this many windows (each its own loader pass): its spread
+
+
+def input_pipeline(
+    train: TrainSettings,
+    device: torch.device,
+    seconds: float,
+    images: int = 16384,
+    step=None,
+    dataset=None,
+    windows: int = PIPELINE_WINDOWS,
+) -> dict:
+    """images/s of the `paper` host DataLoader (configured workers, pinning, transforms), on the prepared dataset
+    training reads when `dataset` is given (else `images` seeded synthetic uint8 images), in `windows` passes of
+    `seconds / windows` each, each pass a fresh loader iterator as a training epoch starts one. Per pass: the
+    seconds to its first batch (worker start-up, which every epoch of non-persistent workers pays) and the
+    images/s after it. With `step`, each batch is also copied to the device and a training step run on it, as
+    the training loop does (the main process's share of loading, collation and pinning, then the wait for the
+    step: the rate training sees when the compute is small). The rate is the median pass; `spread` is the
+    largest pass over the smallest less one: within one lease the host's pace moves from minute to minute."""
     from gpuscale.measure import loaders
 
-    loader = loaders.synthetic_host_loader(images, train, device, "probe synthetic")
-    batches, seen, start, first = 0, 0, time.perf_counter(), None
+    if dataset is not None:
+        loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
+        source = "prepared data"
+    else:
+        loader = loaders.synthetic_host_loader(images, train, device, "probe synthetic")
+        source = "synthetic"
+    passes = [_pipeline_pass(loader, device, seconds / max(1, windows), step) for _ in range(max(1, windows))]
+    rates = sorted(p["images_per_second"] for p in passes if p["images_per_second"])
+    median = rates[len(rates) // 2] if rates else None
+    return {
+        "images_per_second": median,
+        "passes": passes,
+        "spread": (rates[-1] / rates[0] - 1.0) if rates else None,
+        "startup_seconds": sorted(p["startup_seconds"] for p in passes)[len(passes) // 2],
+        "batches": sum(p["batches"] for p in passes),
+        "source": source,
+        "num_workers": train.loader.num_workers,
+        "batch_size": train.batch_size,
+    }
+
+
+def _pipeline_pass(loader, device: torch.device, seconds: float, step) -> dict:
+    """One loader pass: seconds to the first batch (worker start-up), then images/s for about `seconds`."""
+    batches, seen, begin = 0, 0, time.perf_counter()
+    start = None
     for x, y in loader:
         if step is not None:
             step(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
-        if first is None:  # worker start-up is not the pipeline's rate
+        if start is None:  # worker start-up is not the pipeline's rate
             _sync(device)
-            first, start = x.shape[0], time.perf_counter()
+            startup, start = time.perf_counter() - begin, time.perf_counter()
             continue
         seen += x.shape[0]
         batches += 1
         if time.perf_counter() - start >= seconds:
             break
     _sync(device)
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - start if start is not None else 0.0
     return {
-        "images_per_second": seen / elapsed if seen else None,
+        "images_per_second": seen / elapsed if seen and elapsed > 0 else None,
         "batches": batches,
-        "num_workers": train.loader.num_workers,
-        "batch_size": train.batch_size,
+        "startup_seconds": startup if start is not None else 0.0,
     }
 
 
@@ -344,11 +381,13 @@ def run(
     budget_seconds: float = 60.0,
     threads: int | None = None,
     quick: bool = False,
+    dataset=None,
 ) -> dict:
     """Measure `device_slug` within about `budget_seconds`; returns the probe record.
 
     quick: the rate check before a study (one dense convolution, the step costs, the input pipeline);
-    every other kind then runs at the dense rate in the cost model."""
+    every other kind then runs at the dense rate in the cost model. dataset: the prepared dataset training reads
+    (inputs.data.load_prepared); its input pipeline is then timed on it, not on synthetic images."""
     from gpuscale.measure import train as train_mod
 
     train = TrainSettings.of(train_settings)
@@ -386,7 +425,7 @@ def run(
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
-        _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick)
+        _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick, dataset)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
@@ -399,10 +438,12 @@ def _not_measured(doc: dict, device_slug: str, reason: str) -> None:
     doc["conditions"] = conditions.conditions(envinfo.boot_id(), None, None)
 
 
-def _measure_witnessed(doc: dict, device, device_slug: str, train: TrainSettings, budget: float, quick: bool) -> None:
+def _measure_witnessed(
+    doc: dict, device, device_slug: str, train: TrainSettings, budget: float, quick: bool, dataset=None
+) -> None:
     """_measure between two sentinels (gpuscale.measure.sentinel): the probe's lease and whether the machine drifted."""
     before = sentinel.measure(train, device)
-    _measure(doc, device, device_slug, train, budget, quick)
+    _measure(doc, device, device_slug, train, budget, quick, dataset)
     after = sentinel.measure(train, device)
     doc["conditions"] = conditions.conditions(doc["environment"].get("boot_id"), before, after)
     drifted = conditions.drift_line(doc["conditions"])
@@ -410,7 +451,9 @@ def _measure_witnessed(doc: dict, device, device_slug: str, train: TrainSettings
         log.warning("probe %s: %s", device_slug, drifted.replace("this job", "this probe"))
 
 
-def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool) -> None:
+def _measure(
+    doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool, dataset=None
+) -> None:
     """The probe's parts, in order, each within its share of the budget, into `doc`."""
     batch = train.batch_size
     torch.manual_seed(0)
@@ -452,18 +495,20 @@ def _measure(doc: dict, device, device_slug: str, train: TrainSettings, budget_s
             ", ".join(table["models_not_timed"]) or "none",
         )
     share = budget_seconds * SHARES["input_pipeline"]
-    pipeline = input_pipeline(train, device, share / 2)
+    pipeline = input_pipeline(train, device, share / 2, dataset=dataset)
     if not quick:
         step = _train_step(tiny_model(), device, batch)  # the fixed step's model
-        pipeline["with_step"] = input_pipeline(train, device, share / 2, step=step)
+        pipeline["with_step"] = input_pipeline(train, device, share / 2, step=step, dataset=dataset)
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(
-        "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s",
+        "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s (%s, passes %s)",
         device_slug,
         fixed * 1e3,
         doc["layer_seconds"] * 1e3,
         pipeline["images_per_second"] or 0,
+        pipeline["source"],
+        " ".join(f"{p['images_per_second'] or 0:.0f}" for p in (pipeline.get("with_step") or pipeline)["passes"]),
     )
 
 
