@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One lease of issue 27's fresh-lease check (and issue 26's remaining pairs) on the H200, in ONE device call (a
+# later call is usually a fresh lease): the prepared data, a probe of each device on it (gpuscale probe --data),
+# then the `paper` runs of LIST (benchmarks/h200_lease_<LIST>.txt: CPU and GPU of each model side by side, in an
+# interleaved order, through benchmarks/h200_study.sh with the pairs' overlays), then the GPU probe again: its
+# input pipeline before and after the runs is the lease's own spread. Brings back OUTDIR/probe/*.json,
+# OUTDIR/records.tar and OUTDIR/logs.tar; prints the boot id first.
+#   benchmarks/h200_lease.sh LIST OUTDIR BUDGET_SECONDS
+set -uo pipefail
+LIST=benchmarks/h200_lease_$1.txt; OUT=$2; BUDGET=$3
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+G=(python3 -m gpuscale)
+mkdir -p "$OUT/probe"
+echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"
+printf 'data: {source: imagefolder, path: %s}\n' "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' .carry/cifar-trim.zip)" > /tmp/gpuscale-zip.yaml
+P=(--params params.yaml --params /tmp/gpuscale-zip.yaml --params benchmarks/h200_pairs_gpu.yaml)
+[[ -d /tmp/prepared ]] || "${G[@]}" data "${P[@]}" --out /tmp/prepared 2>&1 | tail -1
+echo "[data ready at ${SECONDS}s]"
+probe() {  # probe DEVICE NAME
+  "${G[@]}" probe "${P[@]}" --device "$1" --threads "$(nproc)" --data /tmp/prepared --out "$OUT/probe/$2.json" \
+    --log "$OUT/probe/$2.log" >/dev/null 2>&1 || echo "[probe $2 failed]"
+  grep -hE "input pipeline|layer table" "$OUT/probe/$2.log" | sed -E "s/^.*INFO gpuscale.probe: //"
+  echo "[probe $2 done at ${SECONDS}s]"
+}
+probe cpu cpu
+probe cuda cuda
+mapfile -t specs < <(grep -v '^#' "$LIST")
+WORK=/tmp/lease bash benchmarks/h200_study.sh .carry/cifar-trim.zip "$OUT" $((BUDGET - 22)) \
+  benchmarks/h200_pairs_gpu.yaml "${specs[@]}"
+probe cuda cuda-end
+echo "[call done at ${SECONDS}s]"
