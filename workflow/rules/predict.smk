@@ -3,7 +3,7 @@
 # docs/prediction.md explains the model and its validation.
 
 PREDICT_CODE = {stage: CODE[stage] for stage in ("probe", "predict")}  # computed, as for every stage (common.smk)
-PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "paper"]
+PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary"]
 
 
 def probe_records():

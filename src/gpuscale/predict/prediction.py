@@ -26,10 +26,11 @@ from gpuscale.analyze import paper
 from gpuscale.contract import fsutil
 from gpuscale.contract import record as record_mod
 from gpuscale.predict import costmodel as cm
+from gpuscale.predict import transfer
 
 log = logging.getLogger("gpuscale.predict")
 
-TABLES = ("host", "validation", "validation_summary", "constants", "paper")
+TABLES = ("host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary")
 MEDIAN_TARGET_PERCENT = 15.0
 WORST_TARGET_PERCENT = 35.0
 GPU_DEVICES = ("cuda", "mps")
@@ -77,45 +78,85 @@ def host_predictions(
     references: dict[str, list[dict]],
     images: int,
     batch_size: int,
+    leases: list[transfer.Lease] | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Per registry model and probed device: predicted epoch; per model: speedup cpu / gpu. And the constants."""
+    """Per registry model and probed device: predicted epoch; per model: speedup cpu / gpu. And the constants.
+
+    Where leases of this host (fingerprint) with probes made the same way hold measured records, each device is
+    predicted by transfer (this lease's probe sets the level, those leases' records the shape: predict/transfer.py);
+    otherwise from the probe alone. Records never set this lease's level."""
     calibrations = host_calibrations(probes, facts, references)
+    shapes = host_shapes(probes, facts, leases or [])
     rows = []
     for model in models:
         if model in facts:
-            rows += _model_predictions(model, facts[model], calibrations, images, batch_size)
+            rows += _model_predictions(model, facts[model], calibrations, images, batch_size, probes, shapes)
     constants = [{"fitted_on": "this host's probe", **c.constants()} for c in calibrations.values()]
     return rows, constants
+
+
+def host_shapes(
+    probes: dict[str, dict], facts: dict[str, cm.ModelFacts], leases: list[transfer.Lease]
+) -> dict[str, transfer.Shape]:
+    """Per probed device: the shape of the leases of the same host whose probe was made the same way (none: the
+    probe alone)."""
+    shapes = {}
+    for device, probe in probes.items():
+        if probe.get("status") != "measured":
+            continue
+        fingerprint = probe["environment"].get("host_fingerprint")
+        lease = (probe.get("conditions") or {}).get("lease")
+        same_host = [
+            x
+            for x in leases
+            if device in x.probes
+            and x.probes[device]["environment"].get("host_fingerprint") == fingerprint
+            and (lease in (None, "unknown") or (x.probes[device].get("conditions") or {}).get("lease") != lease)
+        ]
+        calibration = transfer.compatible(probe, same_host, device)
+        if calibration:
+            shapes[device] = transfer.shape(calibration, facts, device)
+    return shapes
 
 
 def host_calibrations(
     probes: dict[str, dict], facts: dict[str, cm.ModelFacts], references: dict[str, list[dict]]
 ) -> dict[str, cm.Calibration]:
-    """Per measured probe: its constants, refined by the `paper` records of the same host (fingerprint) if any."""
+    """Per measured probe: its constants (the level of this lease; records of other leases never refit them)."""
     calibrations: dict[str, cm.Calibration] = {}
     for device, probe in sorted(probes.items()):
         if probe.get("status") != "measured":
             log.info("probe of %s not measured (%s): no prediction for it", device, probe.get("not_measured_reason"))
             continue
-        prior = cm.from_probe(probe)
-        fingerprint = probe["environment"].get("host_fingerprint")
-        same_host = [
-            o
-            for name, records in references.items()
-            for o in cm.observations(records, name)
-            if o.host_fingerprint == fingerprint and o.device == device and o.variant == "paper"
-        ]
-        calibrations[device] = cm.fit(same_host, facts, prior, device, "paper") if same_host else prior
+        calibrations[device] = cm.from_probe(probe)
     return calibrations
 
 
 def _model_predictions(
-    model: str, f: cm.ModelFacts, calibrations: dict[str, cm.Calibration], images: int, batch_size: int
+    model: str,
+    f: cm.ModelFacts,
+    calibrations: dict[str, cm.Calibration],
+    images: int,
+    batch_size: int,
+    probes: dict[str, dict] | None = None,
+    shapes: dict[str, transfer.Shape] | None = None,
 ) -> list[dict]:
-    """One model's predicted epoch per calibrated device, and its speedup where a CPU and a GPU are calibrated."""
+    """One model's predicted epoch per calibrated device (by transfer where the device has a shape, else from the
+    probe alone), and its speedup where a CPU and a GPU are calibrated."""
     rows, per_device = [], {}
     for device, cal in calibrations.items():
-        p = cm.predict_epoch(cal, f, images, batch_size)
+        shape = (shapes or {}).get(device)
+        if shape is not None:
+            p = transfer.predict(probes[device], shape, f, images, batch_size)
+            how = f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']})"
+        else:
+            p = cm.predict_epoch(cal, f, images, batch_size)
+            p.update(
+                low=p["epoch_seconds"] * math.exp(-cal.log_error),
+                high=p["epoch_seconds"] * math.exp(cal.log_error),
+                log_error=cal.log_error,
+            )
+            how = cal.source
         per_device[device] = p
         rows.append(
             {
@@ -124,27 +165,33 @@ def _model_predictions(
                 "variant": "paper",
                 "quantity": "epoch_seconds",
                 "predicted": p["epoch_seconds"],
-                "low": p["epoch_seconds"] * math.exp(-cal.log_error),
-                "high": p["epoch_seconds"] * math.exp(cal.log_error),
+                "low": p["low"],
+                "high": p["high"],
                 "bound": p["bound"],
-                "calibration": cal.source,
+                "calibration": how,
                 "label": "prediction",
             }
         )
     gpu = next((d for d in per_device if d.split("-")[0] in GPU_DEVICES), None)
     if "cpu" in per_device and gpu:
-        s = cm.speedup(per_device["cpu"], per_device[gpu], calibrations["cpu"], calibrations[gpu])
+        cpu_row, gpu_row = rows[list(per_device).index("cpu")], rows[list(per_device).index(gpu)]
+        if (shapes or {}).get("cpu") or (shapes or {}).get(gpu):
+            s = transfer.speedup(per_device["cpu"], per_device[gpu])
+            value, low, high = s["speedup"], s["low"], s["high"]
+        else:
+            s = cm.speedup(per_device["cpu"], per_device[gpu], calibrations["cpu"], calibrations[gpu])
+            value, low, high = s["speedup"], s["speedup_low"], s["speedup_high"]
         rows.append(
             {
                 "model": model,
                 "device": f"speedup ({gpu} over cpu)",
                 "variant": "paper",
                 "quantity": "speedup",
-                "predicted": s["speedup"],
-                "low": s["speedup_low"],
-                "high": s["speedup_high"],
+                "predicted": value,
+                "low": low,
+                "high": high,
                 "bound": per_device[gpu]["bound"],
-                "calibration": f"{calibrations['cpu'].source} / {calibrations[gpu].source}",
+                "calibration": f"{cpu_row['calibration']} / {gpu_row['calibration']}",
                 "label": "prediction",
             }
         )
@@ -386,13 +433,14 @@ def run(
     references = {str(folder): load_records(Path(folder)) for folder in reference_folders}
     reference_facts = _facts([r for rs in references.values() for r in rs], facts)
     probes = load_probes(probe_paths)
-    host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size)
     checked = list(dict.fromkeys([*map(str, reference_folders), *map(str, validation_folders or [])]))
     for folder in checked:
         if not Path(folder).is_dir():
             raise cm.CostModelError(
                 f"{folder}: no such folder (report.reference / predict.validate_on); restore it or take it out"
             )
+    leases = [lease for folder in checked for lease in transfer.leases_of(folder, load_records, load_probes)]
+    host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size, leases)
     checked_records = {folder: references.get(folder) or load_records(Path(folder)) for folder in checked}
     reference_probes = {folder: load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in checked}
     rows, summary, ref_constants = validation(checked_records, facts, reference_probes)
@@ -405,7 +453,9 @@ def run(
         "validation_summary": summary,
         "constants": host_constants + ref_constants + paper_constants,
         "paper": paper_implications(references, reference_facts),
+        "transfer": [_round(r) for r in transfer.leave_one_lease_out(leases, reference_facts)],
     }
+    result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
     out.mkdir(parents=True, exist_ok=True)
     for name, table in result.items():
         write_table(out, name, table)

@@ -1,0 +1,250 @@
+"""Prediction across machine leases: the records of other leases set the shape, the lease's own probe the level.
+
+A lease (one boot of the machine) has its own pace: the same H200 kind ran one `paper` GPU epoch 3.3 s in one
+lease and 9.1 s in another. Constants fitted on other leases' records predict an average lease, not this one.
+So a lease's prediction starts from its own probe (`costmodel.from_probe`: what a step costs here, now) and
+takes from the records of other leases only what a probe gets wrong the same way everywhere: per model and
+device, the ratio of a measured epoch to what that record's own lease's probe predicted for it. A ratio is
+dimensionless, so no record of another lease ever sets this lease's level. docs/prediction.md has the arithmetic.
+
+    base_T(m, d)  = costmodel.predict_epoch(from_probe(probe_T[d]), m)
+    ratio_L(m, d) = measured_L(m, d) / base_L(m, d)                  for every other lease L with a probe of d
+    c(m, d)       = geometric mean of ratio_L(m, d) over the leases that measured m on d,
+                    else the geometric median of every ratio_L(., d)  (`shape: model` / `shape: device`)
+    predicted     = base_T(m, d) * c(m, d)
+
+The band is exp(±Z * e) with e = sqrt(shape_sd² + pipeline_sd²): shape_sd, how far one lease's ratio for a model
+strays from the other leases' (pooled over models measured in two or more leases; the ratios' own spread where
+none is); pipeline_sd, for a prediction the input pipeline bounds, half the log of the spread of the probe's
+loader passes (within one lease the host's input pipeline moves from minute to minute, the GPU does not).
+A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal.
+
+Torch-free (numpy through costmodel).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuscale.predict import costmodel as cm
+
+log = logging.getLogger("gpuscale.predict")
+
+Z = 1.645
+MIN_SHAPE_SD = 0.05  # a band never narrower than ±8%: two leases agreeing closely is not proof of more
+
+
+@dataclass
+class Lease:
+    """One machine lease: its probes (by device) and its measured `paper` observations."""
+
+    name: str
+    probes: dict[str, dict]
+    observations: list[cm.Observation] = field(default_factory=list)
+
+    def probe_kind(self, device: str) -> tuple:
+        """What the probe measured, as far as the ratios depend on it: its schema and its input pipeline's data."""
+        probe = self.probes.get(device) or {}
+        pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+        return probe.get("schema_version"), pipeline.get("source", "synthetic")
+
+
+def _measured(probe: dict | None) -> bool:
+    return bool(probe) and probe.get("status") == "measured"
+
+
+def leases_of(folder: Path | str, load_records, load_probes) -> list[Lease]:
+    """The leases a study folder holds: `<folder>/leases/<id>/` each with probe/ and runs/ (a paired reference),
+    or the folder itself when it has a probe/ (a study made in one lease). Folders without probes give none:
+    without its own probe a lease's ratios cannot be taken."""
+    folder = Path(folder)
+    units = [d for d in sorted((folder / "leases").glob("*")) if (d / "probe").is_dir()] if (folder / "leases").is_dir() else []
+    if not units and (folder / "probe").is_dir():
+        units = [folder]
+    out = []
+    for unit in units:
+        probes = load_probes(sorted((unit / "probe").glob("*.json")))
+        probes = {d: p for d, p in probes.items() if _measured(p)}
+        records = load_records(unit)
+        obs = [o for o in cm.observations(records, str(unit)) if o.variant == "paper"]
+        if probes and obs:
+            out.append(Lease(str(unit), probes, obs))
+    return out
+
+
+def base_epoch(probe: dict, facts: cm.ModelFacts, images: int, batch_size: int) -> dict:
+    """The probe-alone prediction of one model's `paper` epoch (costmodel.predict_epoch on from_probe)."""
+    return cm.predict_epoch(cm.from_probe(probe), facts, images, batch_size)
+
+
+def ratios(lease: Lease, facts: dict[str, cm.ModelFacts], device: str) -> dict[str, float]:
+    """model -> measured epoch / the lease's own probe's prediction of it, on `device`."""
+    probe = lease.probes.get(device)
+    if not _measured(probe):
+        return {}
+    out = {}
+    for o in lease.observations:
+        if o.device == device and o.model in facts:
+            base = base_epoch(probe, facts[o.model], o.images, math.ceil(o.images / o.steps))["epoch_seconds"]
+            if base > 0:
+                out[o.model] = o.epoch_seconds / base
+    return out
+
+
+@dataclass
+class Shape:
+    """What the calibration leases say of one device: per model its ratios, and the spread of a lease's ratio."""
+
+    device: str
+    leases: tuple[str, ...]
+    by_model: dict[str, list[float]]
+    sd: float
+
+    def correction(self, model: str) -> tuple[float, str]:
+        logs = [math.log(r) for r in self.by_model.get(model, [])]
+        if logs:
+            return math.exp(statistics.fmean(logs)), "model"
+        everything = sorted(math.log(r) for rs in self.by_model.values() for r in rs)
+        return (math.exp(statistics.median(everything)), "device") if everything else (1.0, "none")
+
+
+def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str) -> Shape:
+    """The device's ratios over the calibration leases and their lease-to-lease spread (log sd)."""
+    by_model: dict[str, list[float]] = {}
+    used = []
+    for lease in calibration:
+        got = ratios(lease, facts, device)
+        if got:
+            used.append(lease.name)
+        for model, r in got.items():
+            by_model.setdefault(model, []).append(r)
+    deviations = []  # each lease's log ratio from the mean of the others, for models measured in 2+ leases
+    for rs in by_model.values():
+        if len(rs) >= 2:
+            logs = [math.log(r) for r in rs]
+            for i, x in enumerate(logs):
+                rest = logs[:i] + logs[i + 1 :]
+                deviations.append(x - statistics.fmean(rest))
+    if len(deviations) >= 3:
+        sd = math.sqrt(statistics.fmean(d * d for d in deviations))
+    else:  # no model in two leases: how much the ratios differ at all
+        every = [math.log(r) for rs in by_model.values() for r in rs]
+        sd = statistics.pstdev(every) if len(every) >= 2 else cm.NOMINAL_LOG_ERROR
+    return Shape(device, tuple(used), by_model, max(sd, MIN_SHAPE_SD))
+
+
+def pipeline_sd(probe: dict) -> float:
+    """Half the log of the spread of the probe's input-pipeline passes (0 where the probe kept no passes)."""
+    pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+    spread = pipeline.get("spread")
+    return 0.5 * math.log1p(spread) if spread else 0.0
+
+
+def predict(
+    probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128
+) -> dict:
+    """One model's epoch on the probe's device, in the probe's lease: the probe's level times the leases' shape."""
+    base = base_epoch(probe, facts, images, batch_size)
+    c, basis = shape_.correction(facts.name)
+    bounded_by_pipeline = base["bound"] == "input pipeline"
+    e = math.hypot(shape_.sd, pipeline_sd(probe) if bounded_by_pipeline else 0.0)
+    value = base["epoch_seconds"] * c
+    return {
+        "epoch_seconds": value,
+        "low": value * math.exp(-Z * e),
+        "high": value * math.exp(Z * e),
+        "log_error": e,
+        "base_seconds": base["epoch_seconds"],
+        "correction": c,
+        "shape": basis,
+        "bound": base["bound"],
+    }
+
+
+def speedup(cpu: dict, gpu: dict) -> dict:
+    value = cpu["epoch_seconds"] / gpu["epoch_seconds"]
+    e = math.hypot(cpu["log_error"], gpu["log_error"])
+    return {"speedup": value, "low": value * math.exp(-Z * e), "high": value * math.exp(Z * e), "log_error": e}
+
+
+def compatible(target: Lease | dict, others: list[Lease], device: str) -> list[Lease]:
+    """The calibration leases whose probe of `device` measured what the target's did (same schema, same input
+    pipeline data): a ratio to a probe transfers only to a probe made the same way. None: no transfer."""
+    kind = target.probe_kind(device) if isinstance(target, Lease) else Lease("", {device: target}).probe_kind(device)
+    return [lease for lease in others if device in lease.probes and lease.probe_kind(device) == kind]
+
+
+def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) -> list[dict]:
+    """Each lease's measured `paper` epochs and speedups predicted from its own probes and the other leases'
+    records only. Rows: lease, model, device (cpu, cuda, speedup), predicted, low, high, measured,
+    error_percent, inside (the measured value within the band), shape (model|device), calibration leases."""
+    rows = []
+    for target in leases:
+        others = [lease for lease in leases if lease.name != target.name]
+        per_model: dict[str, dict[str, dict]] = {}
+        for o in target.observations:
+            if o.model not in facts or o.device not in target.probes:
+                continue
+            calibration = compatible(target, others, o.device)
+            if not calibration:
+                continue
+            got = predict(target.probes[o.device], shape(calibration, facts, o.device), facts[o.model], o.images,
+                          math.ceil(o.images / o.steps))
+            got["measured"] = o.epoch_seconds
+            per_model.setdefault(o.model, {})[o.device] = got
+            rows.append(_row(target, o.model, o.device, got["epoch_seconds"], got["low"], got["high"],
+                             o.epoch_seconds, got["shape"], calibration))
+        for model, devices in sorted(per_model.items()):
+            gpu = next((d for d in devices if d != "cpu"), None)
+            if "cpu" in devices and gpu:
+                s = speedup(devices["cpu"], devices[gpu])
+                measured = devices["cpu"]["measured"] / devices[gpu]["measured"]
+                shapes = {devices["cpu"]["shape"], devices[gpu]["shape"]}
+                rows.append(_row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured,
+                                 "model" if shapes == {"model"} else "device", others))
+    return rows
+
+
+def _row(target: Lease, model, device, predicted, low, high, measured, basis, calibration) -> dict:
+    return {
+        "lease": target.name,
+        "model": model,
+        "device": device,
+        "predicted": predicted,
+        "low": low,
+        "high": high,
+        "measured": measured,
+        "error_percent": cm.percent_error(predicted, measured),
+        "inside": bool(low <= measured <= high),
+        "shape": basis,
+        "calibration": ",".join(Path(lease.name).name for lease in calibration),
+    }
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per device (cpu, cuda, speedup) and per lease + all: models, median and worst absolute error, the worst
+    model, and how often the measured value fell inside the band."""
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["device"], "all leases"), []).append(r)
+        groups.setdefault((r["device"], r["lease"]), []).append(r)
+    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all leases", kv[0][1])):
+        errors = [abs(r["error_percent"]) for r in rs]
+        worst = max(rs, key=lambda r: abs(r["error_percent"]))
+        out.append(
+            {
+                "device": device,
+                "lease": lease,
+                "models": len(rs),
+                "median_abs_error_percent": statistics.median(errors),
+                "worst_abs_error_percent": max(errors),
+                "worst_model": f"{worst['model']} ({Path(worst['lease']).name})",
+                "coverage_percent": 100.0 * sum(r["inside"] for r in rs) / len(rs),
+            }
+        )
+    return out
