@@ -13,6 +13,16 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--facts", help="model facts file (default: the package's modelfacts.json)")
     parser.add_argument("--out", default="results/predict")
+    parser.add_argument(
+        "--model",
+        help="one model (a registry name or a spec): print its predicted CPU and GPU epoch and speedup with bands for"
+        " this host, probing first where --probes has no probe of this lease; writes no tables",
+    )
+    parser.add_argument(
+        "--data",
+        default="data/prepared",
+        help="with --model: the prepared dataset a probe it runs times the input pipeline on (if it exists)",
+    )
 
 
 def run(args) -> int:
@@ -24,6 +34,8 @@ def run(args) -> int:
     from gpuscale.predict import prediction as predict
 
     params = load_typed(args)
+    if args.model:
+        return one_off(args, params)
     try:
         predict.run(
             probe_paths(Path(args.probes), params.study.devices),
@@ -53,3 +65,94 @@ def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
             if single not in found and path.exists():
                 found[single] = path
     return list(found.values())
+
+
+def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[dict[str, Path], list[str]]:
+    """The probe records of `folder` made in this lease (boot id), and the devices that have none."""
+    import json
+
+    got, missing = {}, []
+    for device in sorted({d.split("-ddp")[0] for d in devices}):
+        path = folder / f"{device}.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            doc = None
+        same = doc is not None and lease is not None and (doc.get("conditions") or {}).get("lease") == lease
+        (got.__setitem__(device, path) if same else missing.append(device))
+    return got, missing
+
+
+def one_off(args, params) -> int:
+    """`gpuscale predict --model SPEC`: this host's predicted epochs and speedup for one model, in seconds, with
+    bands; probes of this lease are taken first where --probes lacks them (gpuscale probe, about a minute each)."""
+    import subprocess
+    import sys
+
+    from gpuscale.measure import envinfo
+    from gpuscale.predict import costmodel, transfer
+    from gpuscale.predict import prediction as predict
+
+    lease = envinfo.boot_id()
+    folder = Path(args.probes)
+    got, missing = _lease_probes(folder, list(params.study.devices), lease)
+    for device in missing:
+        print(
+            f"no probe of {device} from this lease in {folder}: probing it (about {params.predict.probe_seconds:.0f} s)"
+        )
+        command = [sys.executable, "-m", "gpuscale", "probe", *_params_argv(args), "--device", device]
+        command += ["--out", str(folder / f"{device}.json")]
+        if Path(args.data, "manifest.json").is_file():
+            command += ["--data", str(args.data)]
+        if subprocess.run(command, check=False).returncode != 0:
+            print(f"gpuscale predict: error: the probe of {device} failed (see above)", file=sys.stderr)
+            return 2
+        got[device] = folder / f"{device}.json"
+    try:
+        facts = costmodel.load_facts(Path(args.facts) if args.facts else None)
+        if args.model not in facts:
+            print(f"gpuscale predict: error: --model: no facts for {args.model!r}", file=sys.stderr)
+            return 2
+        probes = predict.load_probes(list(got.values()))
+        folders = list(dict.fromkeys([*params.report.reference, *params.predict.validate_on]))
+        leases = [
+            x
+            for f in folders
+            if Path(f).is_dir()
+            for x in transfer.leases_of(f, predict.load_records, predict.load_probes)
+        ]
+        rows, _ = predict.host_predictions(
+            probes, facts, [args.model], {}, params.data.train_size or 50_000, params.train.batch_size, leases
+        )
+    except costmodel.CostModelError as err:
+        print(f"gpuscale predict: error: {err}", file=sys.stderr)
+        return 2
+    skipped = [
+        f"  {d:8} not measured: {p.get('not_measured_reason')}"
+        for d, p in probes.items()
+        if p.get("status") != "measured"
+    ]
+    print(render_one_off(args.model, rows, lease, skipped))
+    return 0
+
+
+def _params_argv(args) -> list[str]:
+    from gpuscale.commands import params_files
+
+    return [a for path in params_files(args) for a in ("--params", str(path))]
+
+
+def render_one_off(model: str, rows: list[dict], lease: str | None, skipped: list[str] = ()) -> str:
+    """The one-off answer as a few aligned lines: each device's epoch, then the speedup, each with its band."""
+    lines = [f"{model}, predicted for this host (lease {(lease or 'unknown')[:8]}), the paper protocol:", *skipped]
+    for r in rows:
+        if r["quantity"] == "speedup":
+            lines.append(f"  {'speedup':8} {r['predicted']:8.1f}x   band {r['low']:.1f}x to {r['high']:.1f}x")
+        else:
+            lines.append(
+                f"  {r['device']:8} {r['predicted']:8.1f} s an epoch   band {r['low']:.1f} to {r['high']:.1f} s"
+                f"   ({r['bound']}-bound)"
+            )
+    how = sorted({r["calibration"] for r in rows if r["quantity"] != "speedup"})
+    lines.append("  from: " + "; ".join(how))
+    return "\n".join(lines)

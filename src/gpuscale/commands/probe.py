@@ -38,7 +38,9 @@ def check(args) -> None:
 
         data = Path(args.data)
         if not data.is_dir() or not (data / "manifest.json").is_file():
-            raise UsageError(f"--data: {args.data!r} is not a prepared dataset (make one with: gpuscale data --out DIR)")
+            raise UsageError(
+                f"--data: {args.data!r} is not a prepared dataset (make one with: gpuscale data --out DIR)"
+            )
 
 
 def run(args) -> int:

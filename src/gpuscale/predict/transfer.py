@@ -62,7 +62,11 @@ def leases_of(folder: Path | str, load_records, load_probes) -> list[Lease]:
     or the folder itself when it has a probe/ (a study made in one lease). Folders without probes give none:
     without its own probe a lease's ratios cannot be taken."""
     folder = Path(folder)
-    units = [d for d in sorted((folder / "leases").glob("*")) if (d / "probe").is_dir()] if (folder / "leases").is_dir() else []
+    units = (
+        [d for d in sorted((folder / "leases").glob("*")) if (d / "probe").is_dir()]
+        if (folder / "leases").is_dir()
+        else []
+    )
     if not units and (folder / "probe").is_dir():
         units = [folder]
     out = []
@@ -144,9 +148,7 @@ def pipeline_sd(probe: dict) -> float:
     return 0.5 * math.log1p(spread) if spread else 0.0
 
 
-def predict(
-    probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128
-) -> dict:
+def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
     """One model's epoch on the probe's device, in the probe's lease: the probe's level times the leases' shape."""
     base = base_epoch(probe, facts, images, batch_size)
     c, basis = shape_.correction(facts.name)
@@ -192,20 +194,47 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
             calibration = compatible(target, others, o.device)
             if not calibration:
                 continue
-            got = predict(target.probes[o.device], shape(calibration, facts, o.device), facts[o.model], o.images,
-                          math.ceil(o.images / o.steps))
+            got = predict(
+                target.probes[o.device],
+                shape(calibration, facts, o.device),
+                facts[o.model],
+                o.images,
+                math.ceil(o.images / o.steps),
+            )
             got["measured"] = o.epoch_seconds
             per_model.setdefault(o.model, {})[o.device] = got
-            rows.append(_row(target, o.model, o.device, got["epoch_seconds"], got["low"], got["high"],
-                             o.epoch_seconds, got["shape"], calibration))
+            rows.append(
+                _row(
+                    target,
+                    o.model,
+                    o.device,
+                    got["epoch_seconds"],
+                    got["low"],
+                    got["high"],
+                    o.epoch_seconds,
+                    got["shape"],
+                    calibration,
+                )
+            )
         for model, devices in sorted(per_model.items()):
             gpu = next((d for d in devices if d != "cpu"), None)
             if "cpu" in devices and gpu:
                 s = speedup(devices["cpu"], devices[gpu])
                 measured = devices["cpu"]["measured"] / devices[gpu]["measured"]
                 shapes = {devices["cpu"]["shape"], devices[gpu]["shape"]}
-                rows.append(_row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured,
-                                 "model" if shapes == {"model"} else "device", others))
+                rows.append(
+                    _row(
+                        target,
+                        model,
+                        "speedup",
+                        s["speedup"],
+                        s["low"],
+                        s["high"],
+                        measured,
+                        "model" if shapes == {"model"} else "device",
+                        others,
+                    )
+                )
     return rows
 
 

@@ -1,0 +1,255 @@
+"""Prediction across machine leases (predict/transfer.py, issue 27): the lease's probe sets the level, the records
+of other leases only the shape; leave-one-lease-out; the one-off `gpuscale predict --model`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from test_costmodel import probe_record, run_record
+
+from gpuscale.predict import costmodel as cm
+from gpuscale.predict import prediction as predict
+from gpuscale.predict import transfer
+
+FACTS = {
+    "small": cm.ModelFacts("small", 1_000, 1e8, {"conv": 1e8}, layers=4),
+    "large": cm.ModelFacts("large", 100_000, 1e10, {"conv": 1e10}, layers=40),
+    "other": cm.ModelFacts("other", 10_000, 1e9, {"conv": 1e9}, layers=10),
+}
+
+
+def lease_probe(device, rate, fixed=0.01, pipeline=1e9, spread=None, lease="L"):
+    doc = probe_record(device, fixed=fixed, layer=0.0, rates={"conv": rate}, pipeline=pipeline, version=3)
+    doc["input_pipeline"] = {"images_per_second": pipeline, "source": "prepared data", "spread": spread}
+    doc["conditions"] = {"lease": lease, "before": None, "after": None, "drifted": False}
+    return doc
+
+
+def observation(model, device, seconds, source="L"):
+    return cm.Observation(source, "host1", model, device, "paper", seconds, 1000, 10, None, 1)
+
+
+def base(probe, model):
+    return transfer.base_epoch(probe, FACTS[model], 1000, 100)["epoch_seconds"]
+
+
+def test_a_lease_s_ratio_is_its_measured_epoch_over_its_own_probe_s_prediction():
+    probe = lease_probe("cpu", 1e11)
+    lease = transfer.Lease("A", {"cpu": probe}, [observation("small", "cpu", 2 * base(probe, "small"))])
+    assert transfer.ratios(lease, FACTS, "cpu") == pytest.approx({"small": 2.0})
+
+
+def test_the_target_probe_sets_the_level_and_other_leases_records_only_the_shape():
+    # two calibration leases of different pace: each measured 1.5x what its own probe predicted for `small`
+    slow, fast = lease_probe("cpu", 1e10, lease="slow"), lease_probe("cpu", 1e11, lease="fast")
+    leases = [
+        transfer.Lease("slow", {"cpu": slow}, [observation("small", "cpu", 1.5 * base(slow, "small"))]),
+        transfer.Lease("fast", {"cpu": fast}, [observation("small", "cpu", 1.5 * base(fast, "small"))]),
+    ]
+    shape = transfer.shape(leases, FACTS, "cpu")
+    for rate in (1e9, 1e12):  # whatever this lease's pace, its prediction is its probe's times the shared shape
+        target = lease_probe("cpu", rate, lease="target")
+        got = transfer.predict(target, shape, FACTS["small"], 1000, 100)
+        assert got["epoch_seconds"] == pytest.approx(1.5 * base(target, "small"))
+        assert got["shape"] == "model" and got["low"] < got["epoch_seconds"] < got["high"]
+    # a model no lease measured takes the median ratio of the device
+    other = transfer.predict(lease_probe("cpu", 1e11), shape, FACTS["other"], 1000, 100)
+    assert other["shape"] == "device" and other["correction"] == pytest.approx(1.5)
+
+
+def test_the_band_holds_the_lease_to_lease_spread_and_the_probe_s_pipeline_spread():
+    probes = [lease_probe("cuda", 1e12, lease=str(i)) for i in range(3)]
+    factors = [1.0, 1.2, 0.8]
+    leases = [
+        transfer.Lease(
+            str(i),
+            {"cuda": p},
+            [observation(m, "cuda", f * base(p, m)) for m in ("small", "large")],
+        )
+        for i, (p, f) in enumerate(zip(probes, factors, strict=True))
+    ]
+    shape = transfer.shape(leases, FACTS, "cuda")
+    logs = [math.log(f) for f in factors]
+    deviations = [x - (sum(logs) - x) / 2 for x in logs]  # each lease from the mean of the other two
+    assert shape.sd == pytest.approx(math.sqrt(sum(d * d for d in deviations) / 3))
+    # a pipeline-bound prediction widens by half the log of the probe's pass spread
+    bound = lease_probe("cuda", 1e15, pipeline=100.0, spread=0.44)
+    got = transfer.predict(bound, shape, FACTS["small"], 1000, 100)
+    assert got["bound"] == "input pipeline"
+    assert got["log_error"] == pytest.approx(math.hypot(shape.sd, 0.5 * math.log(1.44)))
+    assert got["high"] / got["epoch_seconds"] == pytest.approx(math.exp(transfer.Z * got["log_error"]))
+
+
+def test_only_probes_made_the_same_way_transfer():
+    target = transfer.Lease("T", {"cpu": lease_probe("cpu", 1e11)})
+    synthetic = lease_probe("cpu", 1e11)
+    synthetic["input_pipeline"]["source"] = "synthetic"
+    older = probe_record("cpu", version=1)
+    others = [
+        transfer.Lease("S", {"cpu": synthetic}),
+        transfer.Lease("O", {"cpu": older}),
+        transfer.Lease("P", {"cpu": lease_probe("cpu", 1e10)}),
+    ]
+    assert [x.name for x in transfer.compatible(target, others, "cpu")] == ["P"]
+
+
+def three_leases(tmp_path, monkeypatch, paces=(1.0, 2.0, 4.0)):
+    """Three lease folders (probe/ + runs/) of one host, each `pace` times slower than the first on both devices,
+    every record 1.3x (cpu) and 0.9x (cuda) its own probe's prediction: a shape that transfers exactly."""
+    study = tmp_path / "reference" / "paired" / "leases"
+    for i, pace in enumerate(paces):
+        folder = study / f"lease{i}"
+        (folder / "probe").mkdir(parents=True)
+        for device, rate, factor in (("cpu", 1e11, 1.3), ("cuda", 1e13, 0.9)):
+            probe = lease_probe(device, rate / pace, fixed=0.01 * pace, lease=f"boot{i}")
+            (folder / "probe" / f"{device}.json").write_text(json.dumps(probe))
+            for model in ("small", "large", "other"):
+                path = folder / "runs" / model / device / "paper-seed0.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                seconds = factor * base(probe, model)
+                path.write_text(json.dumps(run_record(model, device, seconds, images=1000, batch=100)))
+    monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))
+    return study.parent
+
+
+def test_leave_one_lease_out_predicts_each_lease_from_its_probe_and_the_others_records(tmp_path, monkeypatch):
+    folder = three_leases(tmp_path, monkeypatch)
+    leases = transfer.leases_of(folder, predict.load_records, predict.load_probes)
+    assert [lease.name.rsplit("/", 1)[1] for lease in leases] == ["lease0", "lease1", "lease2"]
+    rows = transfer.leave_one_lease_out(leases, FACTS)
+    assert len(rows) == 3 * 3 * 3  # 3 leases x 3 models x (cpu, cuda, speedup)
+    assert all(abs(r["error_percent"]) < 1e-6 and r["inside"] for r in rows)
+    assert {r["calibration"] for r in rows if r["lease"].endswith("lease0")} == {"lease1,lease2"}
+    summary = {(s["device"], s["lease"]): s for s in transfer.summarize(rows)}
+    assert summary[("speedup", "all leases")]["models"] == 9
+    assert summary[("speedup", "all leases")]["coverage_percent"] == 100.0
+
+
+def test_a_lease_whose_record_strays_from_its_probe_misses_and_moves_the_others_by_its_share(tmp_path, monkeypatch):
+    folder = three_leases(tmp_path, monkeypatch)
+    record = folder / "leases" / "lease1" / "runs" / "large" / "cuda" / "paper-seed0.json"
+    doc = json.loads(record.read_text())
+    doc["timing"]["steady_epoch_seconds_median"] *= 3  # a GPU epoch three times what the lease's probe implies
+    record.write_text(json.dumps(doc))
+    rows = transfer.leave_one_lease_out(transfer.leases_of(folder, predict.load_records, predict.load_probes), FACTS)
+    errors = {
+        r["lease"].rsplit("/", 1)[1]: r["error_percent"] for r in rows if (r["model"], r["device"]) == ("large", "cuda")
+    }
+    assert errors["lease1"] == pytest.approx(100 * (1 / 3 - 1))  # its own probe's level, the others' shape
+    # the other two take the geometric mean of the two other leases' ratios: sqrt(3) too slow
+    assert errors["lease0"] == errors["lease2"] == pytest.approx(100 * (math.sqrt(3) - 1))
+    worst = {s["device"]: s for s in transfer.summarize(rows) if s["lease"] == "all leases"}
+    assert worst["cuda"]["worst_model"].startswith("large (lease")
+    untouched = [r for r in rows if r["model"] != "large"]
+    assert all(abs(r["error_percent"]) < 1e-6 for r in untouched)
+
+
+def test_the_predict_stage_uses_the_transfer_for_this_host_and_never_lets_records_set_its_level(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    folder = three_leases(tmp_path, monkeypatch)
+    facts_file = tmp_path / "facts.json"
+    facts_file.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "models": {
+                    n: {
+                        "family": "x",
+                        "parameters": f.parameters,
+                        "train_flops_per_image": f.train_flops_per_image,
+                        "flops_by_kind": f.flops_by_kind,
+                        "layers": f.layers,
+                    }
+                    for n, f in FACTS.items()
+                },
+            }
+        )
+    )
+    host = tmp_path / "probe"
+    host.mkdir()
+    for device, rate in (("cpu", 1e11 / 8), ("cuda", 1e13 / 8)):  # a lease slower than any of the records'
+        (host / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, fixed=0.08, lease="new")))
+    got = predict.run(
+        sorted(host.glob("*.json")),
+        [str(folder)],
+        tmp_path / "out",
+        list(FACTS),
+        images=1000,
+        batch_size=100,
+        facts_path=facts_file,
+    )
+    cpu = next(r for r in got["host"] if r["model"] == "large" and r["device"] == "cpu")
+    probe = json.loads((host / "cpu.json").read_text())
+    assert cpu["predicted"] == pytest.approx(1.3 * base(probe, "large"), rel=1e-5)
+    assert cpu["calibration"].startswith("this lease's probe x the shape of 3 leases")
+    assert {s["lease"] for s in got["transfer_summary"]} >= {"all leases"}
+    assert (tmp_path / "out" / "transfer.csv").is_file() and (tmp_path / "out" / "transfer_summary.json").is_file()
+
+
+def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_lease(tmp_path, monkeypatch, capsys):
+    from gpuscale.measure import envinfo
+
+    three_leases(tmp_path, monkeypatch)
+    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
+        (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
+    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    repo_params = Path("params.yaml").resolve()
+    monkeypatch.chdir(tmp_path)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "report: {reference: [reference/paired]}\npredict: {validate_on: []}\nstudy: {devices: [cpu, cuda]}\n"
+    )
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed although this lease's probes exist"))
+    from gpuscale import cli
+
+    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "large", "--probes", "probes"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "large, predicted for this host (lease thisleas)" in out
+    assert out.count(" s an epoch ") == 2 and "speedup" in out and "x to " in out
+    assert "the shape of 3 leases (model)" in out
+
+
+def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from gpuscale import cli
+    from gpuscale.measure import envinfo
+
+    repo_params = Path("params.yaml").resolve()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
+    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "cpu.json").write_text(json.dumps(lease_probe("cpu", 1e11, lease="an earlier lease")))
+    ran = []
+
+    def fake_probe(command, **kwargs):  # what `gpuscale probe` would write, without timing anything
+        ran.append(command)
+        device = command[command.index("--device") + 1]
+        doc = lease_probe(device, 1e11 if device == "cpu" else 1e13, lease="thislease")
+        if device == "cuda":
+            doc.update(status="not_measured", not_measured_reason="no CUDA GPU on this host")
+        Path(command[command.index("--out") + 1]).write_text(json.dumps(doc))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_probe)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("report: {reference: []}\npredict: {validate_on: []}\nstudy: {devices: [cpu, cuda]}\n")
+    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "small", "--probes", "probes"]
+    assert cli.main(argv) == 0
+    assert sorted(c[c.index("--device") + 1] for c in ran) == ["cpu", "cuda"]  # the stale cpu probe is redone
+    assert all(c[1:4] == ["-m", "gpuscale", "probe"] for c in ran)
+    out = capsys.readouterr().out
+    assert "no probe of cpu from this lease" in out and "cuda     not measured: no CUDA GPU on this host" in out
+    assert out.count(" s an epoch ") == 1 and "from: probe" in out
