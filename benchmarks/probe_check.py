@@ -22,6 +22,7 @@ import torch
 
 from gpuscale.measure import probe
 from gpuscale.models import registry as models
+from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 
 BATCH = 128
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
     for name in args.models.split(","):
         measured = step_seconds(name, args.steps, device)
         predicted = cm.compute_seconds(cal, facts[name], BATCH, 1)
-        error = cm.percent_error(predicted, measured)
+        error = checks.percent_error(predicted, measured)
         errors.append(abs(error))
         path = "layer table" if cm.uses_table(cal, name) else "rates by kind"
         rows.append({"model": name, "device": device, "measured": measured, "predicted": predicted, "path": path})

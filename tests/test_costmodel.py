@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 
@@ -114,7 +115,7 @@ def test_the_fit_recovers_known_constants_and_leave_one_model_out_is_exact_on_ex
     assert cal.layer_seconds == pytest.approx(0.002, rel=1e-9)
     assert 1 / cal.seconds_per_flop["conv"] == pytest.approx(1e11, rel=1e-9)
     assert cal.log_error == pytest.approx(0.0, abs=1e-9)
-    rows = cm.leave_one_model_out(obs, facts)
+    rows = checks.leave_one_model_out(obs, facts)
     assert len(rows) == 6
     assert all(abs(r["error_percent"]) < 1e-6 for r in rows)
     constants = cal.constants()
@@ -174,10 +175,10 @@ def test_records_fit_the_table_s_scale_and_the_fixed_step_and_held_out_models_go
     assert cal.fixed_step_seconds == pytest.approx(0.03, rel=1e-9)
     assert cal.table_scale == pytest.approx(1.5, rel=1e-9)
     assert cal.log_error == pytest.approx(0.0, abs=1e-9)
-    rows = cm.leave_one_model_out(obs, facts, {("cpu", "paper"): prior})
+    rows = checks.leave_one_model_out(obs, facts, {("cpu", "paper"): prior})
     assert len(rows) == 5 and all(abs(r["error_percent"]) < 1e-6 for r in rows)
     # without the table (no prior) the same epochs are fitted by FLOPs and layers, which cannot tell them apart
-    assert max(abs(r["error_percent"]) for r in cm.leave_one_model_out(obs, facts)) > 50
+    assert max(abs(r["error_percent"]) for r in checks.leave_one_model_out(obs, facts)) > 50
 
 
 def test_loader_bound_records_set_the_pipeline_rate_and_stay_out_of_the_compute_fit():
@@ -433,7 +434,7 @@ def test_the_spread_of_measured_epochs_is_pooled_within_runs_and_between_seeds_o
         epochs_record("m", "cuda", [9.0, 20.0, 20.0], seed=1),  # the same model: 0 variance within, 1 dof
         epochs_record("m", "cpu", [9.0, 8.0], sampled=True),  # one steady epoch: no spread of its own
     ]
-    spreads = cm.measured_spreads({"f": runs, "g": [epochs_record("m", "cuda", [1.0, 30.0])]})
+    spreads = checks.measured_spreads({"f": runs, "g": [epochs_record("m", "cuda", [1.0, 30.0])]})
     gpu = spreads[("host1", "cuda", "paper", False)]
     assert gpu.epoch_dof == 4 and gpu.epoch_variance == pytest.approx((0.02 + 2 * 0.04 + 0) / 4)
     # m's two seeds in folder f: medians 10 and 20 (their within-run share, var/2 each, taken off); g's run of m
@@ -442,10 +443,10 @@ def test_the_spread_of_measured_epochs_is_pooled_within_runs_and_between_seeds_o
     assert gpu.run_variance == pytest.approx(math.log(2) ** 2 / 2 - gpu.epoch_variance / 2)
     assert ("host1", "cpu", "paper", True) not in spreads
     sampled = cm.Observation("f", "host1", "m", "cpu", "paper", 8.0, 1000, 10, None, 1, 1, True)
-    assert cm.spread_for(sampled, spreads) == (None, "unknown")
+    assert checks.spread_for(sampled, spreads) == (None, "unknown")
     full = epochs_record("n", "cpu", [9.0, 8 * e(0.1), 8 * e(-0.1)])
-    spreads = cm.measured_spreads({"f": [*runs, full]})
-    spread, basis = cm.spread_for(sampled, spreads)
+    spreads = checks.measured_spreads({"f": [*runs, full]})
+    spread, basis = checks.spread_for(sampled, spreads)
     assert basis == "lower bound" and spread.epoch_variance == pytest.approx(0.02)
     # one steady epoch of one seed carries the whole per-epoch variance; nine, pi/2 of a ninth of it
     assert spread.observation_log_sd(sampled) == pytest.approx(math.sqrt(0.02))
@@ -469,26 +470,26 @@ def test_each_check_states_the_floor_its_measurements_set(tmp_path, monkeypatch)
     summary = predict.tables(out)["validation_summary"]
     assert {s["floor_basis"] for s in summary} == {"measured"}
     sd = statistics.stdev([math.log(f) for f in (0.9, 1.0, 1.1)])
-    one = cm.noise_floor([math.sqrt(sd**2 / 3 * math.pi / 2)] * 6)
+    one = checks.noise_floor([math.sqrt(sd**2 / 3 * math.pi / 2)] * 6)
     cpu = next(s for s in summary if s["device"] == "cpu" and s["source"] == str(ref))
     assert cpu["floor_median_percent"] == pytest.approx(one["floor_median_percent"], abs=1e-5)
-    both = cm.noise_floor([math.sqrt(2 * sd**2 / 3 * math.pi / 2)] * 6)
+    both = checks.noise_floor([math.sqrt(2 * sd**2 / 3 * math.pi / 2)] * 6)
     speedup = next(s for s in summary if s["device"] == "speedup" and s["source"] == f"{ref} (probe only)")
     assert speedup["floor_worst_percent"] == pytest.approx(both["floor_worst_percent"], abs=1e-5)
 
 
 def test_the_noise_floor_is_what_exact_predictions_score_against_noisy_measurements():
-    assert cm.noise_floor([0.0] * 5) == {
+    assert checks.noise_floor([0.0] * 5) == {
         "floor_median_percent": 0.0,
         "floor_worst_percent": 0.0,
         "floor_meets_target_share": 1.0,
     }
-    floor = cm.noise_floor([0.15] * 12)
+    floor = checks.noise_floor([0.15] * 12)
     # |N(0, 0.15)|: median 0.674 sd (10.6% as a ratio), and the worst of 12 near 2 sd
     assert 9.0 < floor["floor_median_percent"] < 12.5 and 28.0 < floor["floor_worst_percent"] < 45.0
     assert 0.0 < floor["floor_meets_target_share"] < 1.0
-    assert cm.noise_floor([0.15] * 12) == floor  # a fixed seed: the same inputs, the same floor
-    assert cm.noise_floor([])["floor_median_percent"] is None
+    assert checks.noise_floor([0.15] * 12) == floor  # a fixed seed: the same inputs, the same floor
+    assert checks.noise_floor([])["floor_median_percent"] is None
 
 
 def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes(tmp_path, monkeypatch):

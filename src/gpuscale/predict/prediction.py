@@ -25,8 +25,8 @@ from gpuscale import words
 from gpuscale.analyze import paper
 from gpuscale.contract import fsutil
 from gpuscale.contract import record as record_mod
+from gpuscale.predict import checks, transfer
 from gpuscale.predict import costmodel as cm
-from gpuscale.predict import transfer
 
 log = logging.getLogger("gpuscale.predict")
 
@@ -215,7 +215,7 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
                 "quantity": "epoch_seconds",
                 "predicted": p["epoch_seconds"],
                 "measured": o.epoch_seconds,
-                "error_percent": cm.percent_error(p["epoch_seconds"], o.epoch_seconds),
+                "error_percent": checks.percent_error(p["epoch_seconds"], o.epoch_seconds),
                 "bound": p["bound"],
                 "calibration": "probe",
             }
@@ -232,7 +232,7 @@ def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probe
                     "quantity": "speedup",
                     "predicted": predicted,
                     "measured": measured,
-                    "error_percent": cm.percent_error(predicted, measured),
+                    "error_percent": checks.percent_error(predicted, measured),
                 }
             )
     return rows
@@ -272,8 +272,8 @@ def _held_out_on_layer_table(
         return []
     source = f"{name}{words.ON_LAYER_TABLE}"
     paper = [o for o in obs if o.variant == "paper"]  # the table prices `paper` steps; other variants: as held out
-    rows = [{**r, "source": source} for r in cm.leave_one_model_out(paper, facts, {("cpu", "paper"): prior})]
-    for s in cm.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+    rows = [{**r, "source": source} for r in checks.leave_one_model_out(paper, facts, {("cpu", "paper"): prior})]
+    for s in checks.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
         summary.append({"source": source, **s})
     return rows
 
@@ -291,20 +291,20 @@ def validation(
         observed.update({(name, o.model, o.device, o.variant): o for o in obs})
         mine = _facts(records, facts)
         folder_probes = (probes or {}).get(name) or {}
-        held_out = cm.leave_one_model_out(obs, mine)
-        for s in cm.summarize(held_out, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+        held_out = checks.leave_one_model_out(obs, mine)
+        for s in checks.summarize(held_out, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
             summary.append({"source": name, **s})
         rows += held_out + _held_out_on_layer_table(name, obs, mine, probes or {}, summary)
         if folder_probes:
             alone = probe_only(obs, mine, folder_probes)
             rows += alone
-            for s in cm.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
+            for s in checks.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
                 summary.append({"source": f"{name}{words.PROBE_ONLY}", **s})
         for device, variant in sorted({(o.device, o.variant) for o in obs}):
             group = [o for o in obs if o.device == device and o.variant == variant]
             cal = cm.fit(group, mine, None, device, variant)
             constants.append({"fitted_on": f"{name} (all models)", **cal.constants()})
-    spreads = cm.measured_spreads(references)
+    spreads = checks.measured_spreads(references)
     for s in summary:
         s.update(_floor(s, rows, observed, spreads))
     return rows, summary, constants
@@ -312,7 +312,7 @@ def validation(
 
 def _floor(summary: dict, rows: list[dict], observed: dict, spreads: dict) -> dict:
     """What a perfect model would score in this summary's check: its rows' measurements, each as noisy as its
-    host's runs move between repeats (cm.measured_spreads; a speedup carries both epochs' noise). `floor_basis`:
+    host's runs move between repeats (checks.measured_spreads; a speedup carries both epochs' noise). `floor_basis`:
     'measured', 'lower bound' (a sampled run priced at the full-epoch spread) or 'unknown' (no floor)."""
     folder = words.split_check(summary["source"])[0]
     sds, bases = [], set()
@@ -323,13 +323,13 @@ def _floor(summary: dict, rows: list[dict], observed: dict, spreads: dict) -> di
         variance = 0.0
         for device in devices:
             o = observed.get((folder, r["model"], device, r["variant"]))
-            spread, basis = cm.spread_for(o, spreads) if o else (None, "unknown")
+            spread, basis = checks.spread_for(o, spreads) if o else (None, "unknown")
             bases.add(basis)
             if spread is not None:
                 variance += spread.observation_log_sd(o) ** 2
         sds.append(math.sqrt(variance))
     basis = "unknown" if "unknown" in bases or not bases else ("lower bound" if "lower bound" in bases else "measured")
-    floor = cm.noise_floor(sds if basis != "unknown" else [], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT)
+    floor = checks.noise_floor(sds if basis != "unknown" else [], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT)
     return {**floor, "floor_basis": basis}
 
 

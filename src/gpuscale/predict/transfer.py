@@ -30,6 +30,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 
 log = logging.getLogger("gpuscale.predict")
@@ -247,7 +248,7 @@ def _row(target: Lease, model, device, predicted, low, high, measured, basis, ca
         "low": low,
         "high": high,
         "measured": measured,
-        "error_percent": cm.percent_error(predicted, measured),
+        "error_percent": checks.percent_error(predicted, measured),
         "inside": bool(low <= measured <= high),
         "shape": basis,
         "calibration": ",".join(Path(lease.name).name for lease in calibration),

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/predict/checks.py
