@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -73,9 +74,9 @@ def test_the_band_holds_the_lease_to_lease_spread_and_the_probe_s_pipeline_sprea
         for i, (p, f) in enumerate(zip(probes, factors, strict=True))
     ]
     shape = transfer.shape(leases, FACTS, "cuda")
-    logs = [math.log(f) for f in factors]
-    deviations = [x - (sum(logs) - x) / 2 for x in logs]  # each lease from the mean of the other two
-    assert shape.sd == pytest.approx(math.sqrt(sum(d * d for d in deviations) / 3))
+    # each lease's log ratio from the mean of the other two, rescaled: the sample sd of the three
+    assert shape.sd == pytest.approx(statistics.stdev(math.log(f) for f in factors))
+    assert shape.tau == 0.0  # both models' ratios are alike: nothing to tell them apart
     # a pipeline-bound prediction widens by half the log of the probe's pass spread
     bound = lease_probe("cuda", 1e15, pipeline=100.0, spread=0.44)
     got = transfer.predict(bound, shape, FACTS["small"], 1000, 100)
@@ -129,7 +130,7 @@ def test_leave_one_lease_out_predicts_each_lease_from_its_probe_and_the_others_r
     assert summary[("speedup", "all leases")]["coverage_percent"] == 100.0
 
 
-def test_a_lease_whose_record_strays_from_its_probe_misses_and_moves_the_others_by_its_share(tmp_path, monkeypatch):
+def test_a_lease_whose_record_strays_from_its_probe_misses_and_does_not_move_the_others(tmp_path, monkeypatch):
     folder = three_leases(tmp_path, monkeypatch)
     record = folder / "leases" / "lease1" / "runs" / "large" / "cuda" / "paper-seed0.json"
     doc = json.loads(record.read_text())
@@ -140,8 +141,9 @@ def test_a_lease_whose_record_strays_from_its_probe_misses_and_moves_the_others_
         r["lease"].rsplit("/", 1)[1]: r["error_percent"] for r in rows if (r["model"], r["device"]) == ("large", "cuda")
     }
     assert errors["lease1"] == pytest.approx(100 * (1 / 3 - 1))  # its own probe's level, the others' shape
-    # the other two take the geometric mean of the two other leases' ratios: sqrt(3) too slow
-    assert errors["lease0"] == errors["lease2"] == pytest.approx(100 * (math.sqrt(3) - 1))
+    # for the other two, one lease's stray ratio is within what a lease's noise explains (tau = 0 beside it):
+    # the model is shrunk to the device's centre, and is exact
+    assert errors["lease0"] == pytest.approx(0.0, abs=1e-6) and errors["lease2"] == pytest.approx(0.0, abs=1e-6)
     worst = {s["device"]: s for s in transfer.summarize(rows) if s["lease"] == "all leases"}
     assert worst["cuda"]["worst_model"].startswith("large (lease")
     untouched = [r for r in rows if r["model"] != "large"]
@@ -253,3 +255,22 @@ def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkey
     out = capsys.readouterr().out
     assert "no probe of cpu from this lease" in out and "cuda     not measured: no CUDA GPU on this host" in out
     assert out.count(" s an epoch ") == 1 and "from: probe" in out
+
+
+def test_models_that_truly_differ_keep_their_own_ratio_and_one_lease_s_noise_is_shrunk_to_the_centre():
+    probes = [lease_probe("cpu", 1e11, lease=str(i)) for i in range(3)]
+    own = {"small": 0.5, "large": 2.0, "other": 1.0}
+    noise = [1.0, 1.05, 1 / 1.05]
+    leases = [
+        transfer.Lease(str(i), {"cpu": p}, [observation(m, "cpu", own[m] * n * base(p, m)) for m in own])
+        for i, (p, n) in enumerate(zip(probes, noise, strict=True))
+    ]
+    shape = transfer.shape(leases, FACTS, "cpu")
+    assert shape.tau > 10 * shape.sd  # models differ far more than leases do
+    for model, ratio in own.items():
+        c, basis = shape.correction(model)
+        assert basis == "model" and c == pytest.approx(ratio, rel=0.01)
+    # the same three models measured in one lease each: a lone ratio is trusted only as far as tau allows
+    w = shape.tau**2 / (shape.tau**2 + shape.sd**2 / 1)
+    lone = transfer.Shape("cpu", ("0",), {"small": [0.5], "large": [2.0], "other": [1.0]}, shape.sd, shape.tau)
+    assert lone.correction("small")[0] == pytest.approx(math.exp(w * math.log(0.5) + (1 - w) * 0.0))

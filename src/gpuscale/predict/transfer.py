@@ -9,8 +9,12 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
 
     base_T(m, d)  = costmodel.predict_epoch(from_probe(probe_T[d]), m)
     ratio_L(m, d) = measured_L(m, d) / base_L(m, d)                  for every other lease L with a probe of d
-    c(m, d)       = geometric mean of ratio_L(m, d) over the leases that measured m on d,
-                    else the geometric median of every ratio_L(., d)  (`shape: model` / `shape: device`)
+    c(m, d)       = exp(w * mean log ratio_L(m, d) + (1 - w) * centre_d)   where leases measured m on d,
+                    exp(centre_d) where none did                    (`shape: model` / `shape: device`)
+    centre_d      = the median over models of their mean log ratio on d
+    w             = tau² / (tau² + sd² / n): n leases measured m; sd the lease-to-lease spread of a ratio,
+                    tau how much models truly differ beyond it (empirical Bayes shrinkage: one lease's
+                    ratio carries that lease's noise, so it moves the model only as far as models differ)
     predicted     = base_T(m, d) * c(m, d)
 
 The band is exp(±Z * e) with e = sqrt(shape_sd² + pipeline_sd²): shape_sd, how far one lease's ratio for a model
@@ -102,23 +106,38 @@ def ratios(lease: Lease, facts: dict[str, cm.ModelFacts], device: str) -> dict[s
 
 @dataclass
 class Shape:
-    """What the calibration leases say of one device: per model its ratios, and the spread of a lease's ratio."""
+    """What the calibration leases say of one device: per model its ratios, the spread of one lease's ratio about
+    the model's own (sd), and how much models truly differ (tau, the between-model sd net of that noise)."""
 
     device: str
     leases: tuple[str, ...]
     by_model: dict[str, list[float]]
     sd: float
+    tau: float = 0.0
+
+    def centre(self) -> float:
+        """The device's typical log ratio: the median over models of each model's mean log ratio."""
+        means = [statistics.fmean(math.log(r) for r in rs) for rs in self.by_model.values() if rs]
+        return statistics.median(means) if means else 0.0
 
     def correction(self, model: str) -> tuple[float, str]:
+        """exp of the model's mean log ratio shrunk towards the device's centre by w = tau² / (tau² + sd² / n),
+        n the leases that measured it (empirical Bayes: one lease's ratio carries that lease's noise); the
+        centre alone for a model no lease measured."""
         logs = [math.log(r) for r in self.by_model.get(model, [])]
-        if logs:
-            return math.exp(statistics.fmean(logs)), "model"
-        everything = sorted(math.log(r) for rs in self.by_model.values() for r in rs)
-        return (math.exp(statistics.median(everything)), "device") if everything else (1.0, "none")
+        if not self.by_model:
+            return 1.0, "none"
+        centre = self.centre()
+        if not logs:
+            return math.exp(centre), "device"
+        noise = self.sd**2 / len(logs)
+        weight = self.tau**2 / (self.tau**2 + noise) if self.tau > 0 else 0.0
+        return math.exp(weight * statistics.fmean(logs) + (1.0 - weight) * centre), "model"
 
 
 def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str) -> Shape:
-    """The device's ratios over the calibration leases and their lease-to-lease spread (log sd)."""
+    """The device's ratios over the calibration leases, their lease-to-lease spread (log sd) and the between-model
+    spread net of it (tau)."""
     by_model: dict[str, list[float]] = {}
     used = []
     for lease in calibration:
@@ -135,11 +154,19 @@ def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str
                 rest = logs[:i] + logs[i + 1 :]
                 deviations.append(x - statistics.fmean(rest))
     if len(deviations) >= 3:
-        sd = math.sqrt(statistics.fmean(d * d for d in deviations))
+        # x - mean(rest) has variance sd² (1 + 1/(k-1)); pooled with k the model's leases
+        scale = [len(rs) / (len(rs) - 1) for rs in by_model.values() if len(rs) >= 2 for _ in rs]
+        sd = math.sqrt(statistics.fmean(d * d / c for d, c in zip(deviations, scale, strict=True)))
     else:  # no model in two leases: how much the ratios differ at all
         every = [math.log(r) for rs in by_model.values() for r in rs]
         sd = statistics.pstdev(every) if len(every) >= 2 else cm.NOMINAL_LOG_ERROR
-    return Shape(device, tuple(used), by_model, max(sd, MIN_SHAPE_SD))
+    sd = max(sd, MIN_SHAPE_SD)
+    means = [(statistics.fmean(math.log(r) for r in rs), len(rs)) for rs in by_model.values() if rs]
+    tau = 0.0
+    if len(means) >= 3:
+        between = statistics.pvariance([m for m, _ in means])
+        tau = math.sqrt(max(between - sd**2 * statistics.fmean(1.0 / n for _, n in means), 0.0))
+    return Shape(device, tuple(used), by_model, sd, tau)
 
 
 def pipeline_sd(probe: dict) -> float:
