@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from gpuscale.contract import params as params_mod
-from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
