@@ -26,7 +26,8 @@ def main(argv: list[str]) -> int:
     facts = cm.load_facts()
     leases = [x for f in folders for x in transfer.leases_of(f, predict.load_records, predict.load_probes)]
     rows = transfer.leave_one_lease_out(leases, facts)
-    alone = _probe_alone(leases, facts)
+    targets = {r["lease"] for r in rows}
+    alone = _probe_alone([x for x in leases if x.name in targets], facts)
     print("| device | lease | models | transfer: median / worst | inside the band | probe alone: median / worst |")
     print("|---|---|---|---|---|---|")
     for s in transfer.summarize(rows):
@@ -40,7 +41,8 @@ def main(argv: list[str]) -> int:
         for r in rows:
             print(
                 f"{Path(r['lease']).name:12} {r['model']:20} {r['device']:8} {r['predicted']:8.2f} "
-                f"[{r['low']:7.2f}, {r['high']:7.2f}] measured {r['measured']:8.2f} {r['error_percent']:+6.1f}% {r['shape']}"
+                f"[{r['low']:7.2f}, {r['high']:7.2f}] measured {r['measured']:8.2f} "
+                f"{r['error_percent']:+6.1f}% {r['shape']}"
             )
     return 0
 
