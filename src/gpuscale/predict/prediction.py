@@ -37,7 +37,12 @@ GPU_DEVICES = ("cuda", "mps")
 
 
 def load_records(folder: Path) -> list[dict]:
-    return [record_mod.load(p) for p in sorted(Path(folder).rglob("*.json")) if p.parent.name != "probe"]
+    """The run records under `folder`: every JSON file outside a probe/ folder (probe records, and a lease's later
+    probes under probe/end/)."""
+    folder = Path(folder)
+    return [
+        record_mod.load(p) for p in sorted(folder.rglob("*.json")) if "probe" not in p.relative_to(folder).parts[:-1]
+    ]
 
 
 def load_probes(paths: list[Path]) -> dict[str, dict]:

@@ -17,10 +17,12 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
                     ratio carries that lease's noise, so it moves the model only as far as models differ)
     predicted     = base_T(m, d) * c(m, d)
 
-The band is exp(±Z * e) with e = sqrt(shape_sd² + pipeline_sd²): shape_sd, how far one lease's ratio for a model
-strays from the other leases' (pooled over models measured in two or more leases; the ratios' own spread where
-none is); pipeline_sd, for a prediction the input pipeline bounds, half the log of the spread of the probe's
-loader passes (within one lease the host's input pipeline moves from minute to minute, the GPU does not).
+The band is exp(±Z * e) with e = sqrt(shape_sd² + (share * pace_sd)²): shape_sd, how far one lease's ratio for a
+model strays from the other leases' (pooled over models measured in two or more leases; the ratios' own spread
+where none is); pace_sd, how far the host's input pipeline moves within one lease (the larger of the pooled
+within-lease sd of the calibration leases' sentinel pipeline rates, taken before and after every job, and half the
+log of the spread of this probe's loader passes): within one lease the host's pipeline moves from minute to minute,
+the GPU does not; share, the chance that the pipeline is the slower stage under that movement (pipeline_share).
 A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal.
 
 Torch-free (numpy through costmodel).
@@ -50,6 +52,9 @@ class Lease:
     name: str
     probes: dict[str, dict]
     observations: list[cm.Observation] = field(default_factory=list)
+    # log images/s of the sentinel's input pipeline (pipeline_workers) before and after each of its jobs: how far
+    # the host's pipeline pace moved within the lease, minute to minute
+    pipeline_logs: list[float] = field(default_factory=list)
 
     def probe_kind(self, device: str) -> tuple:
         """What the probe measured, as far as the ratios depend on it: its schema and its input pipeline's data."""
@@ -81,7 +86,19 @@ def leases_of(folder: Path | str, load_records, load_probes) -> list[Lease]:
         records = load_records(unit)
         obs = [o for o in cm.observations(records, str(unit)) if o.variant == "paper"]
         if probes and obs:
-            out.append(Lease(str(unit), probes, obs))
+            out.append(Lease(str(unit), probes, obs, _pipeline_logs(records)))
+    return out
+
+
+def _pipeline_logs(records: list[dict]) -> list[float]:
+    """log of the sentinel's pipeline_workers rate before and after each record's job (gpuscale.measure.sentinel)."""
+    out = []
+    for r in records:
+        for side in ("before", "after"):
+            component = (((r.get("conditions") or {}).get(side) or {}).get("components") or {}).get("pipeline_workers")
+            value = (component or {}).get("value")
+            if isinstance(value, (int, float)) and value > 0:
+                out.append(math.log(value))
     return out
 
 
@@ -114,6 +131,7 @@ class Shape:
     by_model: dict[str, list[float]]
     sd: float
     tau: float = 0.0
+    pipeline_sd: float = 0.0  # the input pipeline's pace within a lease (log sd, pooled over the leases' sentinels)
 
     def centre(self) -> float:
         """The device's typical log ratio: the median over models of each model's mean log ratio."""
@@ -166,7 +184,14 @@ def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str
     if len(means) >= 3:
         between = statistics.pvariance([m for m, _ in means])
         tau = math.sqrt(max(between - sd**2 * statistics.fmean(1.0 / n for _, n in means), 0.0))
-    return Shape(device, tuple(used), by_model, sd, tau)
+    return Shape(device, tuple(used), by_model, sd, tau, _pooled_sd([lease.pipeline_logs for lease in calibration]))
+
+
+def _pooled_sd(groups: list[list[float]]) -> float:
+    """The within-group standard deviation pooled over groups of two or more values (0 where none)."""
+    sums = [(sum((x - statistics.fmean(g)) ** 2 for x in g), len(g) - 1) for g in groups if len(g) >= 2]
+    freedom = sum(n for _, n in sums)
+    return math.sqrt(sum(v for v, _ in sums) / freedom) if freedom else 0.0
 
 
 def pipeline_sd(probe: dict) -> float:
@@ -176,12 +201,27 @@ def pipeline_sd(probe: dict) -> float:
     return 0.5 * math.log1p(spread) if spread else 0.0
 
 
+def pipeline_share(compute: float, loader: float, sd: float) -> float:
+    """How far the epoch follows the input pipeline's pace: the chance that the loader is the slower stage when
+    its pace moves by a log-normal of `sd` (1 well past the crossover, 1/2 at it, 0 far below; the slower stage
+    when sd is 0)."""
+    if not loader:
+        return 0.0
+    if not compute:
+        return 1.0
+    margin = math.log(loader / compute)
+    if sd <= 0:
+        return 1.0 if margin > 0 else 0.0
+    return 0.5 * (1.0 + math.erf(margin / (sd * math.sqrt(2.0))))
+
+
 def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
     """One model's epoch on the probe's device, in the probe's lease: the probe's level times the leases' shape."""
     base = base_epoch(probe, facts, images, batch_size)
     c, basis = shape_.correction(facts.name)
-    bounded_by_pipeline = base["bound"] == "input pipeline"
-    e = math.hypot(shape_.sd, pipeline_sd(probe) if bounded_by_pipeline else 0.0)
+    pace = max(shape_.pipeline_sd, pipeline_sd(probe))
+    share = pipeline_share(base["compute_seconds"], base["loader_seconds"], pace)
+    e = math.hypot(shape_.sd, share * pace)
     value = base["epoch_seconds"] * c
     return {
         "epoch_seconds": value,
@@ -192,6 +232,7 @@ def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_0
         "correction": c,
         "shape": basis,
         "bound": base["bound"],
+        "pipeline_share": share,
     }
 
 
