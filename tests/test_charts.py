@@ -2,7 +2,8 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate, charts
+from gpuscale.analyze import aggregate
+from gpuscale.present import charts
 
 SPEEDUPS, CPU = records.SPEEDUPS, records.CPU_EPOCH
 

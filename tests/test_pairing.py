@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate, analysis, report, words
+from gpuscale import words
+from gpuscale.analyze import aggregate, analysis
+from gpuscale.present import report
 
 A, B = "a" * 8 + "-1111-2222-3333-444444444444", "b" * 8 + "-5555-6666-7777-888888888888"
 Z = analysis.Z95
@@ -240,7 +242,7 @@ def mixed_study() -> list[dict]:
 
 
 def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_path):
-    from gpuscale import charts, docs
+    from gpuscale.present import charts, docs
 
     tables = run(tmp_path, mixed_study(), pairing="any")
     assert dict(zip(tables["speedup"]["model"], tables["speedup"]["pairing"], strict=True)) == {
@@ -315,8 +317,8 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
 def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     from conftest import REPO
 
-    from gpuscale import charts
     from gpuscale.contract import params
+    from gpuscale.present import charts
 
     paths = [records.write(tmp_path / "runs", rec) for rec in mixed_study()]
     aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02, pairing="any")

@@ -14,10 +14,11 @@ import records
 import yaml
 from conftest import REPO
 
-from gpuscale import aggregate, charts, report
+from gpuscale.analyze import aggregate
 from gpuscale.contract import fsutil, params, record
 from gpuscale.models import registry as models
 from gpuscale.predict import prediction as predict
+from gpuscale.present import charts, report
 
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><!-- \u2028 &amp;'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -125,7 +125,7 @@ STEP_MARKS = (10, 20, 40, 60, 100, 200, 400, 800)
 
 class _EpochClock:
     """The few synchronised clock reads of an epoch (negligible): step marks, from which the error the sampled
-    protocol would make on this very epoch is known (gpuscale.aggregate's `sampling` table), and the sampled
+    protocol would make on this very epoch is known (gpuscale.analyze.aggregate's `sampling` table), and the sampled
     protocol's warm-up and stop. The loop calls `at(step)` only on the steps in `attention`."""
 
     def __init__(self, steps_per_epoch: int, max_steps: int | None, warmup_steps: int, sync):

@@ -1,7 +1,7 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
 Reads every record through gpuscale.record.load() (which upgrades older schema versions, so no fallbacks
-across versions here); writes the tables of gpuscale.tables to results/tables
+across versions here); writes the tables of gpuscale.analyze.tables to results/tables
 as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json.
 Output is deterministic: rows sorted, columns in a fixed order, so rerunning on the same records changes no byte.
 """
@@ -15,13 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuscale import analysis, tables
+from gpuscale.analyze import analysis, tables
 from gpuscale.analyze import metrics as metrics_mod
-from gpuscale.contract import fsutil, record, sampling
-from gpuscale.contract import settings as typed
 
-# The table contract lives in gpuscale.tables; these names stay importable from here for one release.
-from gpuscale.tables import (  # noqa: F401
+# The table contract lives in gpuscale.analyze.tables; these names stay importable from here for one release.
+from gpuscale.analyze.tables import (  # noqa: F401
     EPOCH_SCHEMA,
     FIT_LABELS,
     FITS_SCHEMA,
@@ -37,8 +35,10 @@ from gpuscale.tables import (  # noqa: F401
     paper_frame,
     read_tables,
 )
+from gpuscale.contract import fsutil, record, sampling
+from gpuscale.contract import settings as typed
 
-log = logging.getLogger("gpuscale.aggregate")
+log = logging.getLogger("gpuscale.analyze.aggregate")
 
 
 class AggregateError(RuntimeError):

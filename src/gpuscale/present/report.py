@@ -22,14 +22,7 @@ from markupsafe import Markup
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.contract import conditions as machine
-from gpuscale.contract import fsutil
-from gpuscale.contract.settings import Params
-from gpuscale.predict import costmodel
-from gpuscale.predict import prediction as predict
-from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
-from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
-from gpuscale.tables import (
+from gpuscale.analyze.tables import (
     FIT_FLOPS,
     FIT_PARAMETERS,
     KEY_COLUMNS,
@@ -39,10 +32,17 @@ from gpuscale.tables import (
     r2_by_fit,
     read_tables,
 )
-from gpuscale.tables import verdict as fit_verdict
+from gpuscale.analyze.tables import verdict as fit_verdict
+from gpuscale.contract import conditions as machine
+from gpuscale.contract import fsutil
+from gpuscale.contract.settings import Params
+from gpuscale.predict import costmodel
+from gpuscale.predict import prediction as predict
+from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
+from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
 
-DATA_FILES = ("templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
-log = logging.getLogger("gpuscale.report")
+DATA_FILES = ("present/templates/report.html.j2",)  # package data this module reads (gpuscale.deps)
+log = logging.getLogger("gpuscale.present.report")
 
 HEADLINE_DEFINITION = (
     "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
@@ -1548,7 +1548,7 @@ def render(
 
     specs = {name: json.loads((Path(chart_dir) / f"{name}.vl.json").read_text()) for name in words.CHART_NAMES}
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("gpuscale", "templates"),
+        loader=jinja2.PackageLoader("gpuscale.present", "templates"),
         autoescape=jinja2.select_autoescape(default=True),
         undefined=jinja2.StrictUndefined,
     )

@@ -21,10 +21,9 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from gpuscale import analysis, words
-from gpuscale.contract import fsutil
-from gpuscale.contract.record import PHASES as PHASE_ORDER
-from gpuscale.tables import (
+from gpuscale import words
+from gpuscale.analyze import analysis
+from gpuscale.analyze.tables import (
     FIT_FLOPS,
     FIT_PARAMETERS,
     LOCAL_SOURCE,
@@ -34,9 +33,11 @@ from gpuscale.tables import (
     read_tables,
     verdict,
 )
+from gpuscale.contract import fsutil
+from gpuscale.contract.record import PHASES as PHASE_ORDER
 from gpuscale.words import CHART_NAMES, chart_title, script_json
 
-log = logging.getLogger("gpuscale.charts")
+log = logging.getLogger("gpuscale.present.charts")
 
 HEIGHT = 340
 EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width

@@ -6,7 +6,7 @@
 
 Each block sits between `<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->`; tests check that the
 files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-04`,
-or one of them with `python -m gpuscale.docs params` / `python -m gpuscale.docs readme TABLES_DIR`.
+or one of them with `python -m gpuscale.present.docs params` / `python -m gpuscale.present.docs readme TABLES_DIR`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = ROOT / "workflow" / "schemas" / "params.schema.yaml"
 PARAMS = ROOT / "params.yaml"
 README = ROOT / "README.md"
@@ -126,7 +126,7 @@ def params_reference(schema_path: Path = SCHEMA, params_path: Path = PARAMS) -> 
 def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
     """The reference study's key results and speedup table in Markdown, from its tables alone; a figure whose CPU and
     GPU crossed machine leases carries †, one whose lease was not recorded ‡ (the key is in the last line)."""
-    from gpuscale import report
+    from gpuscale.present import report
 
     key = report.key_results(tables)
     head = report.headline(tables["speedup"], tolerance)
@@ -170,11 +170,11 @@ def main(argv: list[str]) -> int:
         PARAMS_DOC.write_text(replace_block(PARAMS_DOC.read_text(), "params", params_reference()))
         return 0
     if argv[:1] == ["readme"] and len(argv) == 2:
-        from gpuscale.charts import read_tables  # the table contract, via charts
+        from gpuscale.present.charts import read_tables  # the table contract, via charts
 
         README.write_text(replace_block(README.read_text(), "headline", readme_headline(read_tables(Path(argv[1])))))
         return 0
-    print("usage: python -m gpuscale.docs params | readme TABLES_DIR", file=sys.stderr)
+    print("usage: python -m gpuscale.present.docs params | readme TABLES_DIR", file=sys.stderr)
     return 2
 
 

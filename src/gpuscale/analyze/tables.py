@@ -1,6 +1,6 @@
 """The table contract between aggregation and the charts and report: which tables there are, their
 columns and types, the fit identifiers, and reading and writing them. Torch-free, and imports no stage:
-gpuscale.aggregate writes through it, gpuscale.charts and gpuscale.report read through it.
+gpuscale.analyze.aggregate writes through it, gpuscale.present.charts and gpuscale.present.report read through it.
 
 Each table is written twice into one folder (results/tables): NAME.csv to read, NAME.parquet typed
 for the readers; notes.json holds what is not a table. The workflow's output lists (report.smk and,
@@ -31,7 +31,7 @@ KEY_SCHEMA = {
     "seed": pl.Int64,
     "round": pl.Int64,  # the study's round (study.rounds: the same run repeated); 1 where the record has none
     "lease": pl.String,  # the machine lease (boot id) it ran in, 'unknown' without one: a repeat in another lease is
-    # another run (gpuscale.aggregate.load_all)
+    # another run (gpuscale.analyze.aggregate.load_all)
     "sweep_parameter": pl.String,
     "sweep_value": pl.Int64,
 }
@@ -233,7 +233,7 @@ def write_tables(frames: dict[str, pl.DataFrame], notes: dict, out_dir: Path) ->
     for name in TABLES:
         frame = frames[name]
         if name in SCHEMAS and dict(frame.schema) != SCHEMAS[name]:
-            raise ValueError(f"tables: {name} does not have the columns and types gpuscale.tables declares")
+            raise ValueError(f"tables: {name} does not have the columns and types gpuscale.analyze.tables declares")
         with fsutil.atomic_path(out_dir / f"{name}.csv") as tmp:
             frame.write_csv(tmp)
     for name in TABLES:
