@@ -126,10 +126,11 @@ def params_reference(schema_path: Path = SCHEMA, params_path: Path = PARAMS) -> 
 def readme_headline(tables: dict, tolerance: float = 0.02) -> str:
     """The reference study's key results and speedup table in Markdown, from its tables alone; a figure whose CPU and
     GPU crossed machine leases carries †, one whose lease was not recorded ‡ (the key is in the last line)."""
-    from gpuscale.present import report
+    from gpuscale.present.sections.headline import headline
+    from gpuscale.present.sections.key import key_results
 
-    key = report.key_results(tables)
-    head = report.headline(tables["speedup"], tolerance)
+    key = key_results(tables)
+    head = headline(tables["speedup"], tolerance)
     state = f" {key['conditions']}." if key.get("conditions") else ""
     lines = [
         f"Measured by the reference study (`{REFERENCE}/`, {tables['runs'].height} records).{state} "

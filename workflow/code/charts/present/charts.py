@@ -1,1 +1,0 @@
-../../../../src/gpuscale/present/charts.py
