@@ -130,7 +130,7 @@ def test_typed_run_settings_round_trip_to_what_the_record_keeps(base_params):
 def test_fits_are_identified_by_the_enum_not_their_label():
     import polars as pl
 
-    from gpuscale.analyze import aggregate, tables
+    from gpuscale.analyze import fits, tables
 
     speedup = pl.DataFrame(
         {
@@ -147,7 +147,7 @@ def test_fits_are_identified_by_the_enum_not_their_label():
         {"source": ["h"] * 3, "model": ["m"] * 3, "variant": ["paper"] * 3, "parameter": ["threads"] * 3,
          "value": [1, 2, 4], "epoch_seconds": [10.0, 6.0, 4.0]}
     )  # fmt: skip
-    fit_table, _ = aggregate.fits(speedup, sweeps)
+    fit_table, _ = fits.fits(speedup, sweeps)
     assert dict(fit_table.schema) == tables.FITS_SCHEMA
     ids = set(fit_table["fit_id"])
     assert ids == {f.value for f in tables.Fit}

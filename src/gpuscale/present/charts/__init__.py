@@ -25,7 +25,6 @@ from gpuscale.words import CHART_NAMES, chart_title, script_json
 
 log = logging.getLogger("gpuscale.present.charts")
 
-
 FAMILIES = [size, phases, amdahl, usage, accuracy, sweeps]  # one module each: charts(tables, style, tolerance)
 
 

@@ -55,8 +55,6 @@ def _amdahl_curves(speedup: pl.DataFrame, fits: pl.DataFrame) -> tuple[list[dict
 
 
 AMDAHL_N = (1.0, 1e4)  # the N axis: one unit to ten thousand
-
-
 AMDAHL_POINTS = 60  # points per curve, evenly spaced on the log axis
 
 

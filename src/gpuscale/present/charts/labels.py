@@ -17,17 +17,9 @@ from gpuscale.present.charts.style import _same_axis
 # The direct labels' geometry, in the plot's pixels. Text is 11 px; a wide sans-serif (DejaVu Sans, Chromium's
 # fallback on Linux) averages under 0.64 em per character of a model name, and its line box is under 14 px.
 LABEL_FONT_SIZE = 11
-
-
 LABEL_CHAR_WIDTH = 0.64 * LABEL_FONT_SIZE
-
-
 LABEL_HEIGHT = 14
-
-
 LABEL_GAP = 7  # between a point's centre and its label
-
-
 POINT_HALF = 5  # half the side of a point marker (size 80)
 
 
@@ -103,8 +95,6 @@ def _label_box(share: float, row: float, text: str, left: bool, dy: float) -> Bo
 # Where a label may sit, in the order tried: (dy in pixels, left of the point?). Beside a point: right, left, then a
 # line above or below; at a line's end (the line comes in from the left): above or below on the left, then right.
 BESIDE = tuple((dy, left) for dy in (0, -LABEL_HEIGHT, LABEL_HEIGHT) for left in (False, True))
-
-
 AT_END = ((-0.75 * LABEL_HEIGHT, True), (0.75 * LABEL_HEIGHT, True), (0, False), (-1.75 * LABEL_HEIGHT, True))
 
 

@@ -17,14 +17,8 @@ from gpuscale.analyze.tables import (
 )
 
 HEIGHT = 340
-
-
 EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width
-
-
 TIMES = "format(datum.value, '~g') + '×'"
-
-
 TIMES_AXIS = {"labelExpr": TIMES}
 
 
