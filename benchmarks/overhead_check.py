@@ -23,25 +23,25 @@ import bare_loop
 
 from gpuscale.contract import params
 from gpuscale.inputs import data
-from gpuscale.measure import train
+from gpuscale.measure import epoch
 from gpuscale.measure.loaders import host_loaders, paper_transforms
 
 
 def bare_epoch(model, loader, device, criterion, optimizer) -> float:
     model.train()
-    train.synchronize(device)
+    epoch.synchronize(device)
     start = time.perf_counter()
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
         criterion(model(x), y).backward()
         optimizer.step()
-    train.synchronize(device)
+    epoch.synchronize(device)
     return time.perf_counter() - start
 
 
 def gpuscale_epoch(model, loader, device, criterion, optimizer) -> float:
-    return train.train_epoch(model, loader, device, criterion, optimizer, lambda *a: None)["train_seconds"]
+    return epoch.train_epoch(model, loader, device, criterion, optimizer, lambda *a: None)["train_seconds"]
 
 
 def main() -> None:

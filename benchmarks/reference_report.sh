@@ -20,12 +20,12 @@ if [ "$DIR" = "$README_STUDY" ]; then
   python3 - "$TMP/charts" docs <<'PY'
 import json, pathlib, sys
 import vl_convert
-from gpuscale import charts
+from gpuscale.present import charts
 for name in ("speedup_vs_parameters", "speedup_vs_flops", "phases", "threads"):
     spec = json.loads((pathlib.Path(sys.argv[1]) / f"{name}.vl.json").read_text())
     png = vl_convert.vegalite_to_png(charts.fixed_width(spec), scale=1.5)
     (pathlib.Path(sys.argv[2]) / f"h200-study-{name}.png").write_bytes(png)
 PY
-  python3 -m gpuscale.docs readme "$TMP/tables"
+  python3 -m gpuscale.present.docs readme "$TMP/tables"
 fi
-python3 -m gpuscale.docs params
+python3 -m gpuscale.present.docs params

@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate
+from gpuscale.analyze import aggregate
 
 
 def run(tmp_path, paths, reference=(), **kwargs):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from gpuscale import analysis
+from gpuscale.analyze import analysis
 
 
 def test_scaling_fit_recovers_a_known_exponent():

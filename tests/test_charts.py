@@ -2,7 +2,10 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate, charts
+from gpuscale.analyze import aggregate
+from gpuscale.present import charts
+from gpuscale.present.charts import labels as chart_labels
+from gpuscale.present.charts import size, style
 
 SPEEDUPS, CPU = records.SPEEDUPS, records.CPU_EPOCH
 
@@ -23,7 +26,7 @@ def test_fitted_line_spans_only_models_measured_on_both_devices(tmp_path):
             pl.lit(None, dtype=pl.Float64).alias("speedup"),
         )
     )
-    lines = charts._fit_lines(speedup, out["fits"], "train_flops_per_image", charts.FIT_FLOPS)
+    lines = size._fit_lines(speedup, out["fits"], "train_flops_per_image", size.FIT_FLOPS)
     assert not lines.is_empty()
     assert lines["train_flops_per_image"].max() <= max(records.FLOPS.values()) * 1.000001
 
@@ -156,11 +159,11 @@ def test_direct_labels_never_overlap_at_any_width_their_placement_is_drawn_at():
     # 40 points crowded on a diagonal and in one clump: some labels must give way, none may overlap
     points = [(10 ** (6 + i / 10), 2 ** (i / 8), f"model_{i}") for i in range(30)]
     points += [(1e8 * (1 + i / 50), 5.0 * (1 + i / 50), f"clumped_{i}") for i in range(10)]
-    plot = charts.Plot((1e5, 1e10), (0.5, 50.0), charts.HEIGHT)
-    for widths in zip(charts.LABEL_WIDTHS, charts.LABEL_WIDTHS[1:], strict=False):
-        placed = charts.place_labels(points, plot, widths)
+    plot = chart_labels.Plot((1e5, 1e10), (0.5, 50.0), style.HEIGHT)
+    for widths in zip(chart_labels.LABEL_WIDTHS, chart_labels.LABEL_WIDTHS[1:], strict=False):
+        placed = chart_labels.place_labels(points, plot, widths)
         boxes = [
-            charts._label_box(plot.share(x), plot.row(y), text, p[1], p[0])
+            chart_labels._label_box(plot.share(x), plot.row(y), text, p[1], p[0])
             for (x, y, text), p in zip(points, placed, strict=True)
             if p is not None
         ]
@@ -178,11 +181,11 @@ def test_direct_labels_never_overlap_at_any_width_their_placement_is_drawn_at():
 def test_labels_facing_each_other_are_apart_only_if_they_never_cross_as_the_plot_widens():
     # a label right of a point at 40% of the width, one left of a point at 42%: they pass each other at 100 px wide
     # (2 px between the points) and overlap at 1000 px (20 px between the points, each label 7 px from its point)
-    right = charts._label_box(0.40, 100.0, "x" * 8, left=False, dy=0)
-    left = charts._label_box(0.42, 100.0, "y" * 8, left=True, dy=0)
+    right = chart_labels._label_box(0.40, 100.0, "x" * 8, left=False, dy=0)
+    left = chart_labels._label_box(0.42, 100.0, "y" * 8, left=True, dy=0)
     assert right.apart(left, (100, 100))
     assert not right.apart(left, (100, 1000)) and not left.apart(right, (100, 1000))
-    assert right.apart(charts._label_box(0.42, 100.0 + charts.LABEL_HEIGHT, "y" * 8, True, 0), (100, 1000))
+    assert right.apart(chart_labels._label_box(0.42, 100.0 + chart_labels.LABEL_HEIGHT, "y" * 8, True, 0), (100, 1000))
 
 
 def test_every_sweep_chart_is_drawn_by_one_builder_with_end_labels(tmp_path):
@@ -205,6 +208,6 @@ def test_every_sweep_chart_is_drawn_by_one_builder_with_end_labels(tmp_path):
     assert {layer["mark"]["type"] for layer in labels} == {"text"}
     ends = pl.DataFrame(spec["datasets"][labels[0]["data"]["name"]])  # each line labelled at its end, at every width
     per_width = ends.group_by("label_from").agg(pl.col("model").sort(), pl.col("world_size").unique())
-    assert per_width["model"].to_list() == [["resnet18", "resnet50"]] * len(charts.LABEL_WIDTHS[1:])
-    assert per_width["world_size"].to_list() == [[4]] * len(charts.LABEL_WIDTHS[1:])
+    assert per_width["model"].to_list() == [["resnet18", "resnet50"]] * len(chart_labels.LABEL_WIDTHS[1:])
+    assert per_width["world_size"].to_list() == [[4]] * len(chart_labels.LABEL_WIDTHS[1:])
     assert spec["description"] == "Data-parallel scaling"

@@ -130,7 +130,7 @@ def test_typed_run_settings_round_trip_to_what_the_record_keeps(base_params):
 def test_fits_are_identified_by_the_enum_not_their_label():
     import polars as pl
 
-    from gpuscale import aggregate, tables
+    from gpuscale.analyze import fits, tables
 
     speedup = pl.DataFrame(
         {
@@ -147,7 +147,7 @@ def test_fits_are_identified_by_the_enum_not_their_label():
         {"source": ["h"] * 3, "model": ["m"] * 3, "variant": ["paper"] * 3, "parameter": ["threads"] * 3,
          "value": [1, 2, 4], "epoch_seconds": [10.0, 6.0, 4.0]}
     )  # fmt: skip
-    fit_table, _ = aggregate.fits(speedup, sweeps)
+    fit_table, _ = fits.fits(speedup, sweeps)
     assert dict(fit_table.schema) == tables.FITS_SCHEMA
     ids = set(fit_table["fit_id"])
     assert ids == {f.value for f in tables.Fit}
@@ -158,7 +158,7 @@ def test_fits_are_identified_by_the_enum_not_their_label():
 
 
 def test_the_workflow_takes_the_aggregation_outputs_from_the_table_contract():
-    from gpuscale import tables
+    from gpuscale.analyze import tables
 
     outs = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["aggregate"]["outs"]
     assert outs == list(tables.outputs().values())
@@ -193,7 +193,11 @@ def test_no_import_cycles_among_modules():
 
 def test_stage_modules_depend_on_the_table_contract_not_on_each_other():
     contract = importlinter_contracts()["independence"]
-    assert set(contract["modules"]) == {"gpuscale.aggregate", "gpuscale.charts", "gpuscale.report"}
+    assert set(contract["modules"]) == {
+        "gpuscale.analyze.aggregate",
+        "gpuscale.present.charts",
+        "gpuscale.present.report",
+    }
     assert f"{contract['name']} KEPT" in " ".join(lint_imports().split())
 
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import cifar_archive, data_settings
 from PIL import Image
 
-from gpuscale.inputs import data
+from gpuscale.inputs import cifar, data
 from gpuscale.inputs.data import DataError
 
 
@@ -22,21 +22,21 @@ def test_binary_records_parse_to_nhwc_images_and_labels(tmp_path):
     assert dataset.train_images.shape == (100, 32, 32, 3)
     np.testing.assert_array_equal(dataset.train_images, images)
     np.testing.assert_array_equal(dataset.train_labels, labels)
-    assert dataset.classes == data.CIFAR_CLASSES
+    assert dataset.classes == cifar.CIFAR_CLASSES
     assert manifest["counts"]["test"]["total"] == 20
     assert manifest["synthetic"] is False
 
 
 def test_one_record_reads_red_green_blue_planes():
     record = bytes([7]) + bytes([10] * 1024 + [20] * 1024 + [30] * 1024)
-    images, labels = data.parse_cifar_batch(record, "one")
+    images, labels = cifar.parse_cifar_batch(record, "one")
     assert labels.tolist() == [7]
     assert images[0, 5, 9].tolist() == [10, 20, 30]
 
 
 def test_truncated_batch_is_refused():
     with pytest.raises(DataError, match="whole number"):
-        data.parse_cifar_batch(b"\x00" * 100, "short")
+        cifar.parse_cifar_batch(b"\x00" * 100, "short")
 
 
 def test_md5_mismatch_on_given_archive_is_refused(tmp_path):

@@ -99,7 +99,12 @@ def test_training_depends_on_no_analysis_code_and_the_report_side_on_no_training
         "gpuscale.measure.variants",
         "gpuscale.models.nets",
     } <= train
-    assert not train & {"gpuscale.aggregate", "gpuscale.charts", "gpuscale.report", "gpuscale.analysis"}
+    assert not train & {
+        "gpuscale.analyze.aggregate",
+        "gpuscale.present.charts",
+        "gpuscale.present.report",
+        "gpuscale.analyze.analysis",
+    }
     for stage in ("aggregate", "charts", "report"):
         closure = set(deps.closure(stage, REPO / "src/gpuscale"))
         assert not closure & {
@@ -108,7 +113,7 @@ def test_training_depends_on_no_analysis_code_and_the_report_side_on_no_training
             "gpuscale.measure.variants",
             "gpuscale.measure.distributed",
         }
-    assert "src/gpuscale/templates/report.html.j2" in deps.code_files("report", REPO / "src/gpuscale")
+    assert "src/gpuscale/present/templates/report.html.j2" in deps.code_files("report", REPO / "src/gpuscale")
 
 
 def make_package(root: Path, files: dict[str, str]) -> Path:

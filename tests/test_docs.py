@@ -1,5 +1,5 @@
 """Generated documentation stays generated: README.md's headline block and docs/params.md's reference match what
-gpuscale.docs gives from the reference study's records and the params schema today."""
+gpuscale.present.docs gives from the reference study's records and the params schema today."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 
 from conftest import REPO
 
-from gpuscale import aggregate, docs
+from gpuscale.analyze import aggregate
+from gpuscale.present import docs
 
 HOW = "rebuild with: benchmarks/reference_report.sh reference/h200-2026-12-04"
 

@@ -17,7 +17,7 @@ from conftest import REPO, TINY, data_settings, gpuscale_argv, prepare_data, too
 from PIL import Image
 
 from gpuscale.contract import record
-from gpuscale.inputs import data
+from gpuscale.inputs import cifar, data, dataset
 from gpuscale.inputs.data import DataError
 from gpuscale.measure import checkpoint, train
 
@@ -71,7 +71,7 @@ def test_zip_symlink_member_is_refused(tmp_path):
 def test_zip_declaring_a_huge_member_is_refused_before_decompression(tmp_path):
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        z.writestr("train/cat/0.png", b"\0" * (data.MAX_MEMBER_BYTES + 1))
+        z.writestr("train/cat/0.png", b"\0" * (dataset.MAX_MEMBER_BYTES + 1))
     prepare_fails(tmp_path, "declares", path=str(archive))
 
 
@@ -221,7 +221,7 @@ def test_cut_off_download_is_resumed_on_the_next_try(tmp_path):
     payload = os.urandom(300_000)
     server = _Server(payload, cut_first=True)
     try:
-        data.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=1)
+        cifar.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=1)
     finally:
         server.close()
     assert (tmp_path / "raw" / "a.tar.gz").read_bytes() == payload
@@ -233,7 +233,7 @@ def test_http_error_is_reported_with_its_code_and_the_other_sources(tmp_path):
     server = _Server(b"", status=404)
     try:
         with pytest.raises(DataError, match="HTTP 404.*imagefolder.*synthetic"):
-            data.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=2)
+            cifar.download(server.url, tmp_path / "raw" / "a.tar.gz", timeout=5, retries=2)
     finally:
         server.close()
     assert not (tmp_path / "raw" / "a.tar.gz").exists()

@@ -112,7 +112,7 @@ def test_charts_and_report_without_tables_say_which_stage_to_run_first(command, 
 
 
 def test_report_without_charts_says_to_run_the_charts_stage(tmp_path, capsys):
-    from gpuscale.aggregate import TABLES
+    from gpuscale.analyze.aggregate import TABLES
 
     tables = tmp_path / "tables"
     tables.mkdir()

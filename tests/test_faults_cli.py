@@ -10,7 +10,15 @@ from conftest import REPO, tool_env
 
 from gpuscale import cli
 
-HEAVY = ("torch", "polars", "altair", "jinja2", "gpuscale.report", "gpuscale.charts", "gpuscale.aggregate")
+HEAVY = (
+    "torch",
+    "polars",
+    "altair",
+    "jinja2",
+    "gpuscale.present.report",
+    "gpuscale.present.charts",
+    "gpuscale.analyze.aggregate",
+)
 
 
 def modules_after(code: str) -> set[str]:

@@ -11,7 +11,7 @@ import pytest
 from conftest import cifar_archive
 from test_faults import good_zip, png, prepare_fails, settings
 
-from gpuscale.inputs import data
+from gpuscale.inputs import cifar, data
 from gpuscale.inputs.data import DataError
 
 
@@ -37,7 +37,7 @@ def test_hand_placed_archive_with_wrong_md5_is_kept_and_the_message_says_how_to_
 def test_extracted_cifar_folder_as_data_path_is_refused_saying_what_to_give(tmp_path):
     folder = tmp_path / "cifar-10-batches-bin"
     folder.mkdir()
-    (folder / "data_batch_1.bin").write_bytes(b"\0" * data.CIFAR_RECORD_BYTES)
+    (folder / "data_batch_1.bin").write_bytes(b"\0" * cifar.CIFAR_RECORD_BYTES)
     with pytest.raises(DataError, match="is a folder; give the cifar-10-binary.tar.gz"):
         data.prepare(settings(source="cifar10", path=str(folder)), tmp_path / "out")
     assert folder.exists() and not (tmp_path / "out").exists()

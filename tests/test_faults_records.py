@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from gpuscale import aggregate
+from gpuscale.analyze import aggregate
 from gpuscale.contract import record
 
 REAL = REPO / "reference/h200-2026-12-04/leases/c002ce13/runs/simplecnn/cuda/paper-seed0.json"

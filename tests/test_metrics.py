@@ -8,8 +8,7 @@ import sys
 
 import records
 
-from gpuscale import aggregate
-from gpuscale.analyze import metrics
+from gpuscale.analyze import aggregate, metrics
 
 
 def row(model, gpu="cuda", variant="paper", **values):

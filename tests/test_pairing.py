@@ -10,7 +10,14 @@ import polars as pl
 import pytest
 import records
 
-from gpuscale import aggregate, analysis, report, words
+from gpuscale import words
+from gpuscale.analyze import aggregate, analysis
+from gpuscale.present import report
+from gpuscale.present.charts.size import CROSSING_RING
+from gpuscale.present.page import _chip
+from gpuscale.present.sections.conditions import conditions_section, spread_table
+from gpuscale.present.sections.headline import headline
+from gpuscale.present.sections.key import key_results
 
 A, B = "a" * 8 + "-1111-2222-3333-444444444444", "b" * 8 + "-5555-6666-7777-888888888888"
 Z = analysis.Z95
@@ -149,7 +156,7 @@ def test_halves_only_in_different_leases_are_refused_and_listed_with_the_reason(
         "marked cross-lease"
     )
     assert row["speedup_interval_low"] is None and row["leases"] is None
-    chip = report._chip(row)
+    chip = _chip(row)
     assert chip["value"] == "—" and "no same-lease pair" in chip["detail"]
 
 
@@ -240,7 +247,7 @@ def mixed_study() -> list[dict]:
 
 
 def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_path):
-    from gpuscale import charts, docs
+    from gpuscale.present import charts, docs
 
     tables = run(tmp_path, mixed_study(), pairing="any")
     assert dict(zip(tables["speedup"]["model"], tables["speedup"]["pairing"], strict=True)) == {
@@ -248,20 +255,20 @@ def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_pat
         "resnet18": "cross-lease",
         "resnet50": "unknown",
     }
-    key = report.key_results(tables)
+    key = key_results(tables)
     marks = {c["model"]: (c["value"], c["mark"]) for c in key["sources"][0]["variants"][0]["chips"]}
     assert marks == {"simplecnn": ("2.0×", ""), "resnet18": ("10.0×", "†"), "resnet50": ("40.0×", "‡")}
     assert [m[0] for m in key["marks"]] == ["†", "‡"] and "crosses machine leases" in key["marks"][0]
     assert "this host: 2 machine leases, 2 record(s) without one" in key["conditions"]
     assert "1 figure(s) cross leases †" in key["conditions"] and "1 of 6 jobs drifted" in key["conditions"]
     assert "1 of 3 speedups pair CPU and GPU within one lease" in key["conditions"]
-    head = report.headline(tables["speedup"], 0.02)
+    head = headline(tables["speedup"], 0.02)
     cells = {r["model"]: r["cells"][1]["mark"] for r in head["rows"]}
     assert cells == {"simplecnn": "", "resnet18": "†", "resnet50": "‡"} and len(head["marks"]) == 2
     assert any("paired across leases" in n for r in head["rows"] for n in r["notes"])
     flops = charts.spec(charts.build(aggregate.read_tables(tmp_path / "tables"), 0.02)["speedup_vs_flops"])
     assert any("ringed †" in line for line in flops["title"]["subtitle"])
-    rings = [layer for layer in flops["layer"] if (layer.get("mark") or {}).get("size") == charts.CROSSING_RING]
+    rings = [layer for layer in flops["layer"] if (layer.get("mark") or {}).get("size") == CROSSING_RING]
     assert len(rings) == 1
     readme = docs.readme_headline(aggregate.read_tables(tmp_path / "tables"))
     assert "**10.0×**†" in readme and "**40.0×**‡" in readme and "**2.0×** " in readme
@@ -270,21 +277,21 @@ def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_pat
 
 def test_same_lease_mode_lists_the_crossing_model_as_missing_on_every_page(tmp_path):
     tables = run(tmp_path, mixed_study())
-    key = report.key_results(tables)
+    key = key_results(tables)
     chip = next(c for c in key["sources"][0]["variants"][0]["chips"] if c["model"] == "resnet18")
     assert (chip["value"], chip["mark"], chip["detail"]) == ("—", "", "no same-lease pair")
     assert key["marks"] == [words.PAIRING_KEY["unknown"]]  # nothing crosses: only resnet50's unknown lease
-    head = report.headline(tables["speedup"], 0.02)
+    head = headline(tables["speedup"], 0.02)
     notes = next(r["notes"] for r in head["rows"] if r["model"] == "resnet18")
     assert any("no same-lease pair; report.pairing: any pairs them" in n for n in notes)
-    section = report.conditions_section(tables)
+    section = conditions_section(tables)
     assert "1 model(s) without a same-lease pair (no speedup)" in section["summary"][0]
     assert any(line.startswith("this host, paper, resnet18: CPU in lease aaaaaaaa…") for line in section["crossing"])
 
 
 def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spreads(tmp_path):
     tables = run(tmp_path, mixed_study())
-    section = report.conditions_section(tables)
+    section = conditions_section(tables)
     sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
     # per device: the CPU jobs' before-sentinels of lease A (2000 and 2200: median 2,100, (2200 − 2000) / 2100
     # between them), the GPU job's apart
@@ -305,7 +312,7 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     # a column empty in every row is left out (no figure here was paired in two leases); where one was, it shows
     assert "spread: lease to lease" not in section["spreads"]["header"]
     assert section["spreads"]["header"][0] == "model"
-    two = report.spread_table(run(tmp_path / "two", two_leases())["speedup"])
+    two = spread_table(run(tmp_path / "two", two_leases())["speedup"])
     assert (
         "spread: lease to lease" in two["header"]
         and "×/÷" in two["rows"][0][two["header"].index("spread: lease to lease")]["text"]
@@ -315,8 +322,8 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
 def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     from conftest import REPO
 
-    from gpuscale import charts
     from gpuscale.contract import params
+    from gpuscale.present import charts
 
     paths = [records.write(tmp_path / "runs", rec) for rec in mixed_study()]
     aggregate.run(paths, [], tmp_path / "tables", tmp_path / "metrics.json", 0.02, pairing="any")
@@ -341,11 +348,11 @@ def test_a_one_lease_figure_is_marked_beside_figures_of_several_and_the_cells_gi
         make("resnet50", "cuda", [10.0] * 3, lease=B),
     ]
     tables = run(tmp_path, recs)
-    chips = {c["model"]: c["detail"] for c in report.key_results(tables)["sources"][0]["variants"][0]["chips"]}
+    chips = {c["model"]: c["detail"] for c in key_results(tables)["sources"][0]["variants"][0]["chips"]}
     assert chips["simplecnn"].endswith("] 1 lease")  # an interval, without a lease-to-lease spread
     assert chips["resnet50"] == "1 run, 1 lease"  # no interval at all
     assert "1 lease" not in chips["resnet18"]
-    head = report.headline(tables["speedup"], 0.02)
+    head = headline(tables["speedup"], 0.02)
     assert head["header"][0].endswith(", 10 epochs") and head["header"][1].endswith(", paper, 3 epochs")
     cell = next(r for r in head["rows"] if r["model"] == "resnet18")["cells"][1]
     cpu, gpu = (float(x) for x in re.findall(r"[\d.]+", cell["lines"][0]))

@@ -14,10 +14,17 @@ import records
 import yaml
 from conftest import REPO
 
-from gpuscale import aggregate, charts, report
+from gpuscale.analyze import aggregate
 from gpuscale.contract import fsutil, params, record
 from gpuscale.models import registry as models
 from gpuscale.predict import prediction as predict
+from gpuscale.present import charts, report
+from gpuscale.present.sections.appendix import environments, runs_table
+from gpuscale.present.sections.checks import sampling_summary, sampling_table, warnings
+from gpuscale.present.sections.headline import headline
+from gpuscale.present.sections.key import key_results
+from gpuscale.present.sections.predicted import load_predictions, prediction_section, validation_verdicts
+from gpuscale.present.sections.why import fits_table
 
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><!-- \u2028 &amp;'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -160,7 +167,7 @@ def test_every_chart_exists_as_offline_html_and_svg(built):
 
 
 def test_key_results_are_computed_from_the_tables(built):
-    key = report.key_results(aggregate.read_tables(built / "tables"))
+    key = key_results(aggregate.read_tables(built / "tables"))
     (source,) = key["sources"]
     chips = {c["model"]: c["value"] for c in source["variants"][0]["chips"]}
     assert chips == {"simplecnn": "2.0×", "resnet18": "7.5×", "resnet50": "40.0×"}
@@ -171,7 +178,7 @@ def test_key_results_are_computed_from_the_tables(built):
 
 
 def test_the_quick_preset_without_a_gpu_gets_the_references_speedups(quick):
-    key = report.key_results(aggregate.read_tables(quick / "tables"))
+    key = key_results(aggregate.read_tables(quick / "tables"))
     text = " ".join(key["host"])
     assert "No GPU here: h200-2026-12-04's speedups (paper variant) are the ones above (simplecnn 3.2×" in text
     assert "This host's CPU trains at this fraction of h200-2026-12-04's CPU speed" in text
@@ -180,7 +187,7 @@ def test_the_quick_preset_without_a_gpu_gets_the_references_speedups(quick):
 
 def test_headline_orders_models_by_training_flops_and_says_not_reported(built):
     tables = aggregate.read_tables(built / "tables")
-    head = report.headline(tables["speedup"], 0.02)
+    head = headline(tables["speedup"], 0.02)
     assert [r["model"] for r in head["rows"]] == ["simplecnn", "resnet18", "resnet50"]
     assert head["header"][0].startswith("paper (RTX 3050")
     resnet50 = head["rows"][-1]
@@ -199,7 +206,7 @@ def test_headline_flags_sampled_runs_and_keeps_their_accuracy_out(tmp_path):
         records.write(tmp_path / "r", records.make("resnet18", "cuda", [4.0, 4.0], accuracy=0.8125)),
     ]
     speedup = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)["speedup"]
-    row = next(r for r in report.headline(speedup, 0.02)["rows"] if r["model"] == "resnet18")
+    row = next(r for r in headline(speedup, 0.02)["rows"] if r["model"] == "resnet18")
     cell = row["cells"][1]
     assert cell["value"] == "10.0×" and any("sampled*" in line for line in cell["lines"])
     assert "GPU accuracy 81.2%" in cell["lines"]
@@ -213,9 +220,9 @@ def test_runs_link_to_their_records_relative_to_the_page(built):
 def test_tables_use_words_not_column_names(built):
     tables = aggregate.read_tables(built / "tables")
     for t in (
-        report.fits_table(tables["fits"]),
-        report.runs_table(tables["runs"]),
-        report.environments(tables["runs"]),
+        fits_table(tables["fits"]),
+        runs_table(tables["runs"]),
+        environments(tables["runs"]),
     ):
         for header in t["header"]:
             assert "_" not in header, header
@@ -244,7 +251,7 @@ def test_sampling_table_names_the_sweep_a_row_comes_from():
             {**base, "sweep_parameter": None, "sweep_value": None, "sampled_steps": 200},
         ]
     )
-    t = report.sampling_table(frame)
+    t = sampling_table(frame)
     cells = [c["text"] for row in t["rows"] for c in row]
     assert cells.count("batch=512") == 1
     assert "200" not in cells  # only the step counts the report lists
@@ -267,7 +274,7 @@ def test_warns_when_cpu_threads_and_loader_workers_oversubscribe_the_cores(tmp_p
     paths = [records.write(tmp_path / "r", rec) for rec in (crowded, roomy, device_loader)]
     out = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)
     assert out["runs"].sort("model")["loader_workers"].to_list() == [2, 0, 2]  # resnet18, resnet50, simplecnn
-    found = [w for w in report.warnings(aggregate.read_tables(tmp_path / "t")) if "DataLoader's workers" in w]
+    found = [w for w in warnings(aggregate.read_tables(tmp_path / "t")) if "DataLoader's workers" in w]
     assert len(found) == 1 and "1 CPU run(s)" in found[0] and "8 threads + 2 workers on 8" in found[0]
 
 
@@ -293,7 +300,7 @@ def test_warns_about_compiled_runs_that_may_have_found_a_warm_compile_cache(tmp_
     runs = tables["runs"].sort("model", "seed")
     assert runs["compile_cache"].to_list() == ["unknown", None, "cold", "shared", "shared"]
     assert runs["compile_cache_files_at_start"].to_list() == [None, None, 0, 0, 68]
-    found = [w for w in report.warnings(tables) if "torch.compile cache" in w]
+    found = [w for w in warnings(tables) if "torch.compile cache" in w]
     assert len(found) == 1 and "2 compiled run(s)" in found[0]
     assert "simplecnn on cuda (tuned, seed 2)" in found[0] and "resnet18 on cuda (tuned, seed 0)" in found[0]
     assert "seed 1" not in found[0]
@@ -328,7 +335,7 @@ def test_sampling_summary_gives_the_error_range_over_study_runs_only():
             row(0, 0.9, 0.9, 0.9, sweep_parameter="batch", sweep_value=512, epochs=1),
         ]
     )
-    cells = [c["text"] for r in report.sampling_summary(frame)["rows"] for c in r]
+    cells = [c["text"] for r in sampling_summary(frame)["rows"] for c in r]
     assert "2" in cells  # two study runs; the sweep run is left out ...
     assert "+90.0%" not in cells  # ... and so is its error
     assert all(x in cells for x in ("−3.1%", "+5.2%", "−40.0%", "+30.0%"))
@@ -633,11 +640,11 @@ def _hand_made_predictions(folder: Path) -> Path:
 
 
 def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_measurements(quick, tmp_path):
-    pred = report.load_predictions(_hand_made_predictions(tmp_path / "predict"))
-    key = report.key_results(aggregate.read_tables(quick / "tables"), pred)
+    pred = load_predictions(_hand_made_predictions(tmp_path / "predict"))
+    key = key_results(aggregate.read_tables(quick / "tables"), pred)
     line = next(line for line in key["host"] if "PREDICTION" in line)
     assert "simplecnn 2.5×" in line and "resnet50 10.0×" in line
-    section = report.prediction_section(pred)
+    section = prediction_section(pred)
     host = section["host"]
     assert "PREDICTION" in host["caption"] and all("_" not in h for h in host["header"])
     assert "hand-written, measured: speedup (×)" in host["header"]
@@ -682,7 +689,7 @@ def test_misses_are_listed_per_check_each_named_once():
             row("reference/b", "m3", "cpu", 10.0),  # within the target: not listed
         ],
     }
-    misses = report.validation_verdicts(pred)["misses"]
+    misses = validation_verdicts(pred)["misses"]
     assert misses == [
         "a, held out: beyond 35% on the CPU epoch (paper variant): m1 +50%.",
         "b, held out: beyond 35% on the CPU epoch (paper variant): m1 −40%.",

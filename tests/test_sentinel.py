@@ -192,7 +192,7 @@ def test_round_numbers_are_checked_before_any_work(tmp_path):
 
 
 def test_one_run_per_key_and_lease_a_repeat_in_another_lease_is_kept(tmp_path):
-    from gpuscale import aggregate
+    from gpuscale.analyze import aggregate
 
     recs = sorted((REPO / "reference/h200-2026-12-04/leases").glob("*/runs/simplecnn/cpu/paper-seed0.json"))
     assert len(recs) == 2  # taken in two leases, under one key

@@ -4,6 +4,7 @@ import pytest
 from conftest import REPO
 
 from gpuscale.contract import params, record
+from gpuscale.measure import epoch as epoch_mod
 from gpuscale.measure import train
 
 
@@ -118,7 +119,7 @@ def test_phase_profile_splits_a_step_and_its_phases_add_up(prepared, tmp_path):
     profile = record.load(tmp_path / "p.json")["phase_profile"]
     assert profile["steps"] == 6
     phases = profile["phase_seconds_per_step"]
-    assert set(phases) == set(train.PHASES)
+    assert set(phases) == set(epoch_mod.PHASES)
     assert all(v > 0 for k, v in phases.items() if k != "host_to_device")
     # the phases are disjoint spans inside the instrumented step (so they never add up to more), and together
     # they are most of it: what is left is loop bookkeeping (a generous bound: a loaded machine may preempt there)

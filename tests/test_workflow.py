@@ -151,7 +151,7 @@ def planned_after_edits(repo):
     config["report"]["title"] = "Another title"
     write_yaml(repo / "params.yaml", config)
     assert planned(repo) == ({"report", "all"}, {"report"})
-    with (repo / "src/gpuscale/report.py").open("a") as fh:
+    with (repo / "src/gpuscale/present/report.py").open("a") as fh:
         fh.write("# an edit in the report's import closure\n")
     assert planned(repo) == ({"report", "all"}, {"report"})
     with (repo / "src/gpuscale/measure/loaders.py").open("a") as fh:

@@ -277,7 +277,7 @@ _KEY = re.compile(r"^    ([A-Za-z_]+):(.*)$")
 
 
 def _table_outputs() -> list[str]:
-    from gpuscale import tables  # polars: only when writing dvc.yaml
+    from gpuscale.analyze import tables  # polars: only when writing dvc.yaml
 
     return list(tables.outputs().values())
 
@@ -288,7 +288,7 @@ def render_dvc(text: str) -> str:
     Within a stage, the code entries of `deps:` (`- workflow/code/...`, or `- src/gpuscale/...` as older
     files listed them) become the one link folder of its command (other deps, data and outputs, keep
     their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate stage's `outs:`
-    from gpuscale.tables.outputs().
+    from gpuscale.analyze.tables.outputs().
     """
     out: list[str] = []
     blank = 0

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscale import deps, tables
+from gpuscale import deps
+from gpuscale.analyze import tables
 from gpuscale.measure import envinfo
 from gpuscale.contract import settings as typed
 
@@ -39,7 +40,7 @@ if CUDA_MISMATCH:
 CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
 
 
-# What the aggregation writes (gpuscale.tables; dvc.yaml's aggregate outs are generated from the same list).
+# What the aggregation writes (gpuscale.analyze.tables; dvc.yaml's aggregate outs are generated from the same list).
 AGGREGATE_OUTPUTS = {
     **tables.outputs(),
     "speedup": report(tables.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),

@@ -15,7 +15,7 @@ rule aggregate:
         reference=reference_records(),
         code=CODE["aggregate"],
     output:
-        # runs, runs_parquet, ..., notes: gpuscale.tables.outputs(); the speedup table shows in Snakemake's report
+        # runs, runs_parquet, ..., notes: gpuscale.analyze.tables.outputs(); the speedup table shows in Snakemake's report
         **AGGREGATE_OUTPUTS,
         metrics="results/metrics.json",
     params:

@@ -87,7 +87,7 @@ def check_log(args) -> None:
 def needs_tables(folder: Path | str, names: tuple[str, ...]) -> None:
     """Refuse a tables folder the aggregate stage has not written, saying to run it first.
 
-    The caller passes the table names (gpuscale.tables.TABLES), so this module, which every command
+    The caller passes the table names (gpuscale.analyze.tables.TABLES), so this module, which every command
     imports, stays out of the report side's imports."""
     folder = Path(folder)
     missing = [f"{name}.parquet" for name in names if not (folder / f"{name}.parquet").is_file()]

@@ -18,7 +18,7 @@ def add_arguments(parser) -> None:
 
 
 def errors() -> tuple:
-    from gpuscale.aggregate import AggregateError
+    from gpuscale.analyze.aggregate import AggregateError
 
     return (AggregateError,)
 
@@ -51,7 +51,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import aggregate
+    from gpuscale.analyze import aggregate
 
     config = load_typed(args)
     records = [] if args.reference_only else study_records(config)  # reference-only: shipped records alone

@@ -19,14 +19,14 @@ def errors() -> tuple:
 
 def check(args) -> None:
     load_params(args)
-    from gpuscale.tables import TABLES
+    from gpuscale.analyze.tables import TABLES
 
     needs_tables(args.tables, TABLES)
     writable(args.out, "--out (folder)")
 
 
 def run(args) -> int:
-    from gpuscale import charts
+    from gpuscale.present import charts
 
     params = load_typed(args)
     charts.run(Path(args.tables), Path(args.out), params.report.accuracy_tolerance)

@@ -25,7 +25,7 @@ def check(args) -> None:
     from gpuscale.words import CHART_NAMES
 
     load_params(args)
-    from gpuscale.tables import TABLES
+    from gpuscale.analyze.tables import TABLES
 
     needs_tables(args.tables, TABLES)
     charts = Path(args.charts)
@@ -41,7 +41,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from gpuscale import report
+    from gpuscale.present import report
 
     params = load_typed(args)
     predict_dir = Path(args.predict) if args.predict else None

@@ -1,0 +1,1 @@
+../../../../../src/gpuscale/present/charts/phases.py

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/present/__init__.py

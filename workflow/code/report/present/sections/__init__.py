@@ -1,0 +1,1 @@
+../../../../../src/gpuscale/present/sections/__init__.py

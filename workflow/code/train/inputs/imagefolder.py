@@ -1,0 +1,1 @@
+../../../../src/gpuscale/inputs/imagefolder.py
