@@ -47,7 +47,7 @@ class AggregateError(RuntimeError):
 
 
 def find_records(folder: Path) -> list[Path]:
-    return sorted(p for p in Path(folder).rglob("*.json") if not p.name.startswith("."))
+    return record.files(folder)
 
 
 def load_all(

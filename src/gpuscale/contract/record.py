@@ -301,6 +301,17 @@ def _not_finite(constant: str):
     raise _NotFinite(constant)
 
 
+def files(folder: Path | str) -> list[Path]:
+    """The run records under a results or reference folder: every JSON file but hidden ones and those in a probe/
+    folder (a lease's probe records, and its later probes under probe/end/)."""
+    folder = Path(folder)
+    return sorted(
+        p
+        for p in folder.rglob("*.json")
+        if not p.name.startswith(".") and "probe" not in p.relative_to(folder).parts[:-1]
+    )
+
+
 def load(path: Path | str) -> dict:
     path = Path(path)
     try:

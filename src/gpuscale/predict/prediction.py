@@ -37,12 +37,8 @@ GPU_DEVICES = ("cuda", "mps")
 
 
 def load_records(folder: Path) -> list[dict]:
-    """The run records under `folder`: every JSON file outside a probe/ folder (probe records, and a lease's later
-    probes under probe/end/)."""
-    folder = Path(folder)
-    return [
-        record_mod.load(p) for p in sorted(folder.rglob("*.json")) if "probe" not in p.relative_to(folder).parts[:-1]
-    ]
+    """The run records under `folder` (contract.record.files: not the probe records beside them)."""
+    return [record_mod.load(p) for p in record_mod.files(folder)]
 
 
 def load_probes(paths: list[Path]) -> dict[str, dict]:
