@@ -49,7 +49,8 @@ def test_params_files_that_are_not_text_or_not_files_are_one_line(tmp_path, caps
     binary.write_bytes(b"\xff\xfe\x00")
     numeric = tmp_path / "n.yaml"
     numeric.write_text("train: {1: 2}\n")
-    for path, text in ((binary, "not UTF-8"), (tmp_path, "cannot read"), (numeric, "train.1: key 1 is not text")):
+    cases = ((binary, "not UTF-8"), (tmp_path, "is a folder where a file is expected"), (numeric, "key 1 is not text"))
+    for path, text in cases:
         assert cli.main(["validate", "--params", str(path)]) == 2
         logging.getLogger().handlers.clear()
         err = capsys.readouterr().err.strip()

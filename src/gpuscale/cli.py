@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the whole command line, for a data-parallel relaunch
     from gpuscale.commands import UsageError, check_log
     from gpuscale.contract.params import ParamsError
+    from gpuscale.contract.paths import PathError
     from gpuscale.contract.record import RecordError
 
-    known: tuple = (UsageError, ParamsError, RecordError)
+    known: tuple = (UsageError, ParamsError, PathError, RecordError)
     try:
         check_log(args)
         setup_logging(args.log)
