@@ -40,7 +40,7 @@ def check(args) -> None:
         folders = sorted({str(p.parent) for p in study_records(config)})
         inputs += [("a folder of the study's records", f) for f in folders]
     writable(args.out, "--out (folder)", inputs)
-    writable(Path(args.out) / "runs.csv", "--out (folder)", inputs)
+    writable(Path(args.out) / "runs.csv", "--out", inputs)
     writable(args.metrics, "--metrics", [*inputs, ("--out", args.out)])
     if args.reference_only or config.report.skip_bad_records:
         return  # skipped records are listed in the tables' notes
