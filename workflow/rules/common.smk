@@ -29,6 +29,10 @@ try:  # validated and typed once; the rules read the study from PARAMS
     PARAMS = gp.load_typed([Path(f) for f in PARAMS_FILES])
 except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
+# Snakemake's own reading (PyYAML) replaced by gpuscale's, which reads `lr: 1e-05` (what `dvc exp run -S` writes) as
+# the number DVC reads (gpuscale.contract.params._dvc_number); every other value is the same in both.
+config.clear()
+config.update(PARAMS.config)
 try:  # the paths the params name, resolved and checked where the stage commands check them (contract.paths)
     gpaths.reference_folders(PARAMS.report.reference)
     gpaths.reference_folders(PARAMS.predict.validate_on, "predict.validate_on")
