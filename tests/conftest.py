@@ -181,7 +181,8 @@ def quick_preset(tmp_path_factory) -> Path:
         **QUICK_ON_TINY_DATA,
         "data": {**QUICK_ON_TINY_DATA["data"], "path": str(archive), "md5": fsutil.md5_file(archive)},
     }
-    (work / "reference").symlink_to(REPO / "reference")  # report.reference's folders, relative as params want them
+    # report.reference's folders, relative as params want them, and copied: a reference folder lies inside the project
+    shutil.copytree(REPO / "reference", work / "reference", symlinks=True)
     files = [REPO / "params.yaml", REPO / "config/quick.yaml", write_yaml(work / "tiny-data.yaml", overlay)]
     args = [arg for path in files for arg in ("--params", str(path))]
     gpuscale = [str(BIN / "gpuscale")]

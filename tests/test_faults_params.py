@@ -49,7 +49,8 @@ def test_params_files_that_are_not_text_or_not_files_are_one_line(tmp_path, caps
     binary.write_bytes(b"\xff\xfe\x00")
     numeric = tmp_path / "n.yaml"
     numeric.write_text("train: {1: 2}\n")
-    for path, text in ((binary, "not UTF-8"), (tmp_path, "cannot read"), (numeric, "train.1: key 1 is not text")):
+    cases = ((binary, "not UTF-8"), (tmp_path, "is a folder where a file is expected"), (numeric, "key 1 is not text"))
+    for path, text in cases:
         assert cli.main(["validate", "--params", str(path)]) == 2
         logging.getLogger().handlers.clear()
         err = capsys.readouterr().err.strip()
@@ -78,13 +79,6 @@ def test_dvc_names_the_misspelt_key(tmp_path):
 # ----------------------------------------------------------------------------- one meaning for three readers (issue 28)
 
 READ_APART = [
-    (
-        "train: {optimizer: {lr: 1e-3}}",
-        "train.optimizer.lr: `1e-3` is read as text by YAML 1.1 readers",
-        "write 1.0e-3",
-    ),
-    ("train: {optimizer: {lr: 1E3}}", "`1E3` is read as text", "write 1.0e+3"),
-    ("train: {optimizer: {lr: -.5}}", "as the number -0.5 by YAML 1.2 readers (ruamel.yaml: DVC)", "write -0.5"),
     ("train: {deterministic: no}", "train.deterministic: `no` is read as the boolean false", "write false"),
     ("train: {deterministic: on}", "`on` is read as the boolean true", "write true"),
     ("report: {skip_bad_records: yes}", "`yes` is read as the boolean true", "write true"),
@@ -96,7 +90,8 @@ READ_APART = [
     ("train: {cpu_threads: 09}", "`09` is read as text", "write 9"),
     ("study: {label: 12:30}", "`12:30` is read as the integer 750", "write '12:30'"),
     ("study: {label: 1e3}", "`1e3` is read as text", "write '1e3'"),
-    ("predict: {probe_seconds: 1e1}", "`1e1` is read as text", "write 1.0e+1"),
+    ("study: {label: -.5}", "as the number -0.5 by YAML 1.2 readers (ruamel.yaml: DVC)", "write '-.5'"),
+    ("train: {epochs: 1e1}", "`1e1` is read as text", "write 10"),
     ("train: {epochs: 3, epochs: 4}", "train.epochs: key given twice (lines 1 and 1)", "remove one"),
     (
         "train:\n  epochs: 3\ntrain:\n  batch_size: 8",
@@ -227,16 +222,51 @@ def test_a_key_or_name_near_a_known_one_is_named_with_the_file_and_line_that_set
 
 @pytest.mark.e2e
 def test_snakemake_and_dvc_refuse_what_their_readers_read_apart_with_gpuscales_line(tmp_path):
-    """Snakemake's --configfile (PyYAML) reads `1e-3` as text, DVC's params.yaml (ruamel.yaml) as a number: both
-    stop on gpuscale's line naming the fix, before any stage runs."""
+    """Snakemake's --configfile (PyYAML) reads `1e3` as text, DVC's params.yaml (ruamel.yaml) as a number: where the
+    key holds text (study.label) both stop on gpuscale's line naming the fix, before any stage runs."""
     repo = copy_project(tmp_path / "repo", git=True)
-    (repo / "lr.yaml").write_text("train:\n  optimizer:\n    lr: 1e-3\n")
-    done = run(["snakemake", "-n", "--cores", "1", "--configfile", "lr.yaml"], repo, check=False)
+    (repo / "label.yaml").write_text("study:\n  label: 1e3\n")
+    done = run(["snakemake", "-n", "--cores", "1", "--configfile", "label.yaml"], repo, check=False)
     assert done.returncode != 0
-    assert "lr.yaml: line 3: train.optimizer.lr: `1e-3` is read as text" in done.stdout + done.stderr
-    assert "write 1.0e-3" in done.stdout + done.stderr
+    assert "label.yaml: line 2: study.label: `1e3` is read as text" in done.stdout + done.stderr
+    assert "write '1e3'" in done.stdout + done.stderr
     text = (repo / "params.yaml").read_text()
-    (repo / "params.yaml").write_text(text.replace("lr: 0.001", "lr: 1e-3", 1))
+    (repo / "params.yaml").write_text(text.replace("label: paper protocol", "label: 1e3", 1))
     done = run(["dvc", "repro", "data"], repo, check=False)
-    assert done.returncode != 0 and "train.optimizer.lr: `1e-3`" in done.stdout + done.stderr
-    assert "write 1.0e-3" in done.stdout + done.stderr and not (repo / "data/prepared").exists()
+    assert done.returncode != 0 and "study.label: `1e3`" in done.stdout + done.stderr
+    assert "write '1e3'" in done.stdout + done.stderr and not (repo / "data/prepared").exists()
+
+
+DVC_NUMBERS = ["1e-05", "1e-3", "1E3", "1e+20", ".5", "2.5e-4"]
+
+
+@pytest.mark.parametrize("text", DVC_NUMBERS)
+def test_a_number_as_dvc_writes_it_is_read_as_that_number_where_a_number_is_wanted(text, tmp_path, capsys):
+    """`dvc exp run -S train.optimizer.lr=1e-5` writes `lr: 1e-05` (ruamel.yaml's spelling of the float): text to
+    YAML 1.1, a number to YAML 1.2. Where the schema wants a number and never text, gpuscale reads the number, as
+    DVC does, and the Snakefile takes gpuscale's reading (the next test): no user of `-S` is stuck."""
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text(f"train:\n  optimizer:\n    lr: {text}\n")
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)]) == 0
+    logging.getLogger().handlers.clear()
+    lr = params.load([REPO / "params.yaml", overlay])["train"]["optimizer"]["lr"]
+    assert isinstance(lr, float) and lr == float(text)
+
+
+def test_ruamel_yaml_writes_small_numbers_in_the_form_gpuscale_now_reads():
+    import io
+
+    from ruamel.yaml import YAML
+
+    buffer = io.StringIO()
+    YAML().dump({"lr": 1e-5}, buffer)
+    assert buffer.getvalue().strip() == "lr: 1e-05"
+
+
+@pytest.mark.e2e
+def test_snakemake_reads_a_number_as_dvc_writes_it_through_gpuscale(tmp_path):
+    """A dry run with `lr: 1e-05` passes Snakemake's schema validation (a number, not the text PyYAML reads)."""
+    overlay = tmp_path / "lr.yaml"
+    overlay.write_text("train:\n  optimizer:\n    lr: 1e-05\n")
+    done = run(["snakemake", "-n", "--cores", "1", "--configfile", str(overlay)], REPO, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

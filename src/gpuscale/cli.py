@@ -16,6 +16,7 @@ import difflib
 import importlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -40,6 +41,37 @@ DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the 
 EXIT_USAGE = 2
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is (like KeyboardInterrupt for SIGINT), so every open atomic write
+    removes its partial file on the way out and the command ends in one line with 143 (128 + 15)."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM ends a command like Ctrl-C does (one line, nothing half-written); SIGXFSZ is ignored, so a write
+    past the file-size limit (ulimit -f) fails with EFBIG and is said in one line instead of killing the process.
+    Main thread only (signal handlers can be set nowhere else)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+class _LogFile(logging.FileHandler):
+    """The --log file; a write to it that fails (a full disk) drops the line rather than printing a traceback:
+    the command's own outputs say the cause."""
+
+    def handleError(self, record):
+        pass
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit 2), naming the command and where to read more."""
 
@@ -61,7 +93,7 @@ def setup_logging(log_file: str | None, verbose: bool = False) -> None:
         return
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, mode="w"))
+        handlers.append(_LogFile(log_file, mode="w"))
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -147,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     args.command = name
     args.argv = argv  # the whole command line, for a data-parallel relaunch
     from gpuscale.commands import UsageError, check_log
+    from gpuscale.contract.fsutil import WriteError
     from gpuscale.contract.params import ParamsError
+    from gpuscale.contract.paths import PathError
     from gpuscale.contract.record import RecordError
 
-    known: tuple = (UsageError, ParamsError, RecordError)
+    known: tuple = (UsageError, ParamsError, PathError, RecordError)
+    install_signal_handlers()
     try:
         check_log(args)
         setup_logging(args.log)
@@ -162,8 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         return fail(f"gpuscale {name}: error: {one_line(str(err))}", EXIT_USAGE)
+    except WriteError as err:  # a full disk, a quota, a file-size limit: the output named, nothing left there
+        if args.debug:
+            raise
+        return fail(f"gpuscale {name}: error: {one_line(str(err))}", 1)
     except KeyboardInterrupt:
-        return fail(f"gpuscale {name}: interrupted; no output was written", 130)
+        return fail(f"gpuscale {name}: interrupted (SIGINT); no partial output was left: run it again to finish", 130)
+    except Terminated:
+        return fail(f"gpuscale {name}: stopped by SIGTERM; no partial output was left: run it again to finish", 143)
     except Exception as err:  # a bug: its traceback goes to stderr, its one line to the log file too
         fail(f"gpuscale {name}: unexpected {type(err).__name__}: {one_line(str(err))}", 1, stderr=False)
         raise
@@ -175,6 +216,9 @@ def fail(message: str, code: int, stderr: bool = True) -> int:
         print(message, file=sys.stderr)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
-            handler.stream.write(message + "\n")
-            handler.flush()
+            try:
+                handler.stream.write(message + "\n")
+                handler.flush()
+            except (OSError, ValueError):  # the log's disk is full, or the log is closed: stderr said it
+                pass
     return code

@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuscale import deps
 from gpuscale.analyze import tables
 from gpuscale.measure import envinfo
+from gpuscale.contract import paths as gpaths
 from gpuscale.contract import settings as typed
 
 
@@ -28,6 +29,16 @@ PARAMS_ARGS = " ".join(f"--params {shlex.quote(f)}" for f in PARAMS_FILES)  # qu
 try:  # validated and typed once; the rules read the study from PARAMS
     PARAMS = gp.load_typed([Path(f) for f in PARAMS_FILES])
 except gp.ParamsError as err:
+    sys.exit(f"gpuscale: params error: {err}")
+# Snakemake's own reading (PyYAML) replaced by gpuscale's, which reads `lr: 1e-05` (what `dvc exp run -S` writes) as
+# the number DVC reads (gpuscale.contract.params._dvc_number); every other value is the same in both.
+config.clear()
+config.update(PARAMS.config)
+try:  # the paths the params name, resolved and checked where the stage commands check them (contract.paths)
+    gpaths.reference_folders(PARAMS.report.reference)
+    gpaths.reference_folders(PARAMS.predict.validate_on, "predict.validate_on")
+    gpaths.data_path(PARAMS.data.source, PARAMS.data.path)
+except gpaths.PathError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
 HOST_FINGERPRINT = envinfo.host_fingerprint()

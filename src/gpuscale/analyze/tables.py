@@ -226,10 +226,13 @@ def paper_frame() -> pl.DataFrame:
 
 
 def write_tables(frames: dict[str, pl.DataFrame], notes: dict, out_dir: Path) -> None:
-    """Every table as CSV and Parquet, and notes.json; each file replaced atomically."""
+    """Every table as CSV and Parquet, and notes.json; each file replaced atomically. notes.json, which the
+    charts and the report require, goes first and comes back last: an interrupted write leaves a set of tables
+    no later stage takes for whole (they say to run the aggregate stage)."""
     out_dir = Path(out_dir)
     if set(frames) != set(TABLES):
         raise ValueError(f"tables: expected {', '.join(TABLES)}; got {', '.join(frames)}")
+    (out_dir / NOTES).unlink(missing_ok=True)
     for name in TABLES:
         frame = frames[name]
         if name in SCHEMAS and dict(frame.schema) != SCHEMAS[name]:

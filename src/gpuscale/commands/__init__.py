@@ -54,12 +54,19 @@ def choice(option: str, value, allowed) -> None:
         )
 
 
-def writable(path: Path | str, option: str) -> Path:
+def writable(path: Path | str, option: str, inputs=()) -> Path:
     """Refuse (UsageError) an output that cannot be written, before any work: its nearest existing folder must
-    be a folder this process can create files in (outputs are written beside themselves, then renamed)."""
+    be a folder this process can create files in (outputs are written beside themselves, then renamed). First
+    contract.paths checks where it leads (PathError): inside the project when relative, over none of `inputs`
+    ((key, path) pairs) nor the params files."""
     import errno
     import tempfile
 
+    from gpuscale.contract import paths
+
+    option_key = option.split(" (")[0]
+    kind = "folder" if option.endswith("(folder)") else "file"
+    paths.resolve_output(path, option_key, kind, [*inputs, *_params_inputs()])
     path = Path(path)
     if path.is_dir() and not option.endswith("(folder)"):
         raise UsageError(f"{option} {path}: is a folder; give a file path")
@@ -79,9 +86,31 @@ def writable(path: Path | str, option: str) -> Path:
     return path
 
 
+_PARAMS_SEEN: list = []  # the --params files of this command (set by check_log), never an output
+
+
+def _params_inputs() -> list[tuple[str, Path]]:
+    return [("--params", path) for path in _PARAMS_SEEN]
+
+
 def check_log(args) -> None:
+    """The --params files (each an existing file: contract.paths), then the --log file, before any work."""
+    from gpuscale.contract import paths
+
+    files = params_files(args) if hasattr(args, "params") else []
+    _PARAMS_SEEN[:] = paths.params_files([f for f in files if f.exists() or f.is_symlink()])  # a missing one: load()
     if getattr(args, "log", None):
         writable(args.log, "--log")
+
+
+def input_folder(path: Path | str | None, option: str) -> tuple[str, Path | str | None]:
+    """(option, path) of an input folder given on the command line, checked where it exists: a file where a
+    folder is expected is named as such (a missing one is said by the caller, which knows the stage to run)."""
+    from gpuscale.contract import paths
+
+    if path is not None and (Path(path).exists() or Path(path).is_symlink()):
+        paths.resolve_input(path, option, kind="folder")
+    return option, path
 
 
 def needs_tables(folder: Path | str, names: tuple[str, ...]) -> None:

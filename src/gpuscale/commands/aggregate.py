@@ -31,13 +31,17 @@ def study_records(config) -> list[Path]:
 
 
 def check(args) -> None:
+    from gpuscale.contract import paths
+
     config = load_typed(args)
-    writable(args.out, "--out (folder)")
-    writable(Path(args.out) / "runs.csv", "--out (folder)")
-    writable(args.metrics, "--metrics")
-    for folder in config.report.reference:
-        if not Path(folder).is_dir():
-            raise UsageError(f"report.reference: {folder} is not a folder (list folders under reference/)")
+    paths.reference_folders(config.report.reference)  # existing folders inside the project
+    inputs = [(paths.index_key("report.reference", i), f) for i, f in enumerate(config.report.reference)]
+    if not args.reference_only:  # the folders of the study's records
+        folders = sorted({str(p.parent) for p in study_records(config)})
+        inputs += [("a folder of the study's records", f) for f in folders]
+    writable(args.out, "--out (folder)", inputs)
+    writable(Path(args.out) / "runs.csv", "--out", inputs)
+    writable(args.metrics, "--metrics", [*inputs, ("--out", args.out)])
     if args.reference_only or config.report.skip_bad_records:
         return  # skipped records are listed in the tables' notes
     missing = [p for p in study_records(config) if not p.exists()]

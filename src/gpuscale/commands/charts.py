@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import load_params, load_typed, needs_tables, writable
+from gpuscale.commands import input_folder, load_params, load_typed, needs_tables, writable
 
 
 def add_arguments(parser) -> None:
@@ -21,8 +21,9 @@ def check(args) -> None:
     load_params(args)
     from gpuscale.analyze.tables import TABLES
 
+    tables = input_folder(args.tables, "--tables")
     needs_tables(args.tables, TABLES)
-    writable(args.out, "--out (folder)")
+    writable(args.out, "--out (folder)", [tables])
 
 
 def run(args) -> int:

@@ -18,8 +18,11 @@ def errors() -> tuple:
 
 
 def check(args) -> None:
-    load_typed(args)
-    writable(args.out, "--out (folder)")
+    from gpuscale.contract import paths
+
+    data = load_typed(args).data
+    paths.data_path(data.source, data.path)
+    writable(args.out, "--out (folder)", [("data.path", data.path if data.source != "synthetic" else None)])
 
 
 def run(args) -> int:

@@ -13,6 +13,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--plan", help="also write record -> predicted seconds here (JSON), for the study's ETA")
 
 
+def check(args) -> None:
+    from gpuscale.commands import input_folder, writable
+
+    probes = input_folder(args.probes, "--probes")
+    if args.plan:
+        writable(args.plan, "--plan", [probes])
+
+
 def run(args) -> int:
     from gpuscale.commands import load_typed
     from gpuscale.predict import estimate

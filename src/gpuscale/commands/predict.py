@@ -25,6 +25,23 @@ def add_arguments(parser) -> None:
     )
 
 
+def check(args) -> None:
+    """The reference and validation folders, the probes and facts, and the output, before any work."""
+    from gpuscale.commands import input_folder, load_typed, writable
+    from gpuscale.contract import paths
+
+    config = load_typed(args)
+    paths.reference_folders(config.report.reference)
+    paths.reference_folders(config.predict.validate_on, "predict.validate_on")
+    inputs = [(paths.index_key("report.reference", i), f) for i, f in enumerate(config.report.reference)]
+    inputs += [(paths.index_key("predict.validate_on", i), f) for i, f in enumerate(config.predict.validate_on)]
+    inputs.append(input_folder(args.probes, "--probes"))
+    if args.facts:
+        paths.resolve_input(args.facts, "--facts", kind="file")
+        inputs.append(("--facts", args.facts))
+    writable(args.out, "--out (folder)", inputs)
+
+
 def run(args) -> int:
     import sys
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuscale.commands import UsageError, load_params, load_typed, needs_tables, params_files, writable
+from gpuscale.commands import UsageError, input_folder, load_params, load_typed, needs_tables, params_files, writable
 
 
 def add_arguments(parser) -> None:
@@ -27,6 +27,7 @@ def check(args) -> None:
     load_params(args)
     from gpuscale.analyze.tables import TABLES
 
+    inputs = [input_folder(args.tables, "--tables"), input_folder(args.charts, "--charts")]
     needs_tables(args.tables, TABLES)
     charts = Path(args.charts)
     missing = [name for name in CHART_NAMES if not (charts / f"{name}.vl.json").is_file()]
@@ -35,9 +36,11 @@ def check(args) -> None:
             f"--charts {charts}: no charts there ({missing[0]}.vl.json missing); run the charts stage first "
             f"(gpuscale charts --out {charts}, or snakemake / dvc repro)"
         )
-    if args.predict and not Path(args.predict).is_dir():
-        raise UsageError(f"--predict {args.predict}: not a folder; run the predict stage first (gpuscale predict)")
-    writable(args.out, "--out")
+    if args.predict:
+        inputs.append(input_folder(args.predict, "--predict"))
+        if not Path(args.predict).is_dir():
+            raise UsageError(f"--predict {args.predict}: not a folder; run the predict stage first (gpuscale predict)")
+    writable(args.out, "--out", inputs)
 
 
 def run(args) -> int:

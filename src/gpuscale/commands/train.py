@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gpuscale.commands import UsageError, choice, load_typed, writable
+from gpuscale.commands import UsageError, choice, input_folder, load_typed, writable
 
 log = logging.getLogger("gpuscale")
 
@@ -66,15 +66,16 @@ def check(args) -> None:
         if not match:
             raise UsageError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N, N >= 1)")
     data = Path(args.data)
+    inputs = [input_folder(data, "--data")]
     if not (data / "manifest.json").is_file():
         raise UsageError(
             f"--data {data}: no prepared dataset there (manifest.json missing); run the data stage first "
             f"(gpuscale data --out {data}, or snakemake / dvc repro)"
         )
     if args.out:
-        writable(args.out, "--out")
+        writable(args.out, "--out", inputs)
     else:
-        writable(default_out(args), "--out (default)")
+        writable(default_out(args), "--out (default)", inputs)
 
 
 def default_out(args) -> str:

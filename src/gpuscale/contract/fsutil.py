@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -56,20 +58,76 @@ def clean_stale(path: Path | str) -> list[Path]:
     return removed
 
 
+class WriteError(OSError):
+    """An output that could not be written for want of room: a full disk, a quota, a file-size limit (ulimit -f).
+    str() is one line naming the output, the cause and the fix; nothing was left where the output belongs."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+_NO_ROOM = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "file too large", errno.EDQUOT: "disk quota"}
+_OS_ERROR = re.compile(r"os error (\d+)")  # how Rust writers (polars, safetensors) name an OS error
+
+
+def _file_size_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def no_room(path: Path | str, err: BaseException) -> WriteError | None:
+    """A WriteError naming `path` where `err` says the disk, a quota or the file-size limit stopped the write
+    (OSError's errno, a Rust writer's "os error N", or a short write that names no cause: numpy's "N requested and
+    M written", judged by the limit and the free space left); None for any other error."""
+    code = getattr(err, "errno", None) if isinstance(err, OSError) else None
+    if code not in _NO_ROOM:
+        found = _OS_ERROR.search(str(err))
+        code = int(found.group(1)) if found and int(found.group(1)) in _NO_ROOM else None
+    if code is None and isinstance(err, OSError) and "written" in str(err):
+        free = shutil.disk_usage(Path(path).parent).free if Path(path).parent.is_dir() else None
+        code = errno.ENOSPC if free is not None and free < 1 << 20 else errno.EFBIG if _file_size_limit() else None
+    if code is None:
+        return None
+    folder = Path(path).parent
+    if code == errno.EFBIG:
+        limit = _file_size_limit()
+        cause = f"the file-size limit ({limit} bytes, ulimit -f)" if limit is not None else "a file-size limit"
+        fix = "raise the limit (ulimit -f unlimited) and run again"
+    elif code == errno.EDQUOT:
+        cause, fix = f"the disk quota of {folder} is used up", "free space within the quota and run again"
+    else:
+        free = shutil.disk_usage(folder).free if folder.is_dir() else 0
+        cause, fix = f"the disk holding {folder} is full ({free >> 20} MiB free)", "free space there and run again"
+    return WriteError(code, f"cannot write {path}: {cause}; nothing was left there: {fix}")
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success move it into place in one rename. The temporary name
-    holds this process's id, so the next writer can tell a killed writer's leftover (and removes it)."""
+    holds this process's id, so the next writer can tell a killed writer's leftover (and removes it). A write
+    stopped by a full disk, a quota or a file-size limit raises WriteError naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=f"{suffix}.partial", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=f"{suffix}.partial", dir=path.parent)
+    except OSError as err:
+        raise no_room(path, err) or err from None
     os.close(fd)
     tmp_path = Path(tmp)
     tmp_path.chmod(0o666 & ~_umask())  # mkstemp makes 0600; finished files get the usual mode
     try:
         yield tmp_path
         os.replace(tmp_path, path)
+    except Exception as err:
+        room = no_room(path, err)
+        if room is None:
+            raise
+        raise room from err
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -104,6 +162,11 @@ def atomic_directory(path: Path | str) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+    except Exception as err:
+        room = no_room(path, err)
+        if room is None:
+            raise
+        raise room from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -38,6 +38,13 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 
 def read_yaml(path: Path) -> dict:
+    if Path(path).exists():  # a folder, a FIFO (the read would wait forever), a device: named (contract.paths)
+        from gpuscale.contract import paths
+
+        try:
+            paths.resolve_input(path, "params file", kind="file", fix="pass --params with a YAML params file")
+        except paths.PathError as err:
+            raise ParamsError(str(err)) from None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

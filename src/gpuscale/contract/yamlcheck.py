@@ -144,6 +144,8 @@ def _fix(path: tuple, text: str, readings: list[tuple[str, Any]]) -> str:
             plain = _plain_text(tag, value, text)
             if plain is not None:
                 choices.append(f"{plain} for {_words(tag, value)}")
+        elif tag == "float" and "integer" in types and value is not _UNREADABLE and float(value).is_integer():
+            choices.append(f"{int(value)} for the integer {int(value)}")  # `epochs: 1e1`: write 10
     choices = list(dict.fromkeys(choices))
     if not choices:
         return f"write it so that both read it alike (quote it for text: {_quoted(text)})"
@@ -225,6 +227,17 @@ def _check_key(key, path: Path, where: tuple, loader: _Loader) -> str | None:
     return key.value if key.tag == _TAG + "str" else None
 
 
+def _dvc_number(where: tuple, tag11: str, tag12: str, value12) -> bool:
+    """`1e-05`, `1E3`, `-.5` where the schema wants a number and never text: YAML 1.2 (DVC) reads a number, YAML 1.1
+    text, which no number key can hold. `dvc exp run -S train.optimizer.lr=1e-5` writes `lr: 1e-05`, so gpuscale
+    reads such a value as the number, and the Snakefile replaces Snakemake's reading of the params with gpuscale's
+    (workflow/rules/common.smk): all three readers then hold the number."""
+    if tag11 != "str" or tag12 != "float" or value12 is _UNREADABLE:
+        return False
+    types = _schema_types(where) or set()
+    return "number" in types and "string" not in types
+
+
 def _check_scalar(node, line: str, where: tuple, loader: _Loader) -> None:
     text = node.value
     if getattr(node, "explicit_tag", False) and node.tag != _TAG + "str":
@@ -245,6 +258,10 @@ def _check_scalar(node, line: str, where: tuple, loader: _Loader) -> None:
     for tag, value in ((tag11, value11), (tag12, value12)):
         if tag == "float" and value is not _UNREADABLE and not math.isfinite(value):
             raise ParamsError(f"{line}: `{text}` is not a finite number; write a number (such as 0.1)")
+    if _dvc_number(where, tag11, tag12, value12):
+        node.tag = _TAG + "float"  # read as YAML 1.2 reads it; the Snakefile takes gpuscale's reading
+        loader.constructed_objects.pop(node, None)  # the text constructed above
+        return
     if tag11 != tag12 or not _same(value11, value12) or _UNREADABLE in (value11, value12):
         if value11 is _UNREADABLE and value12 is _UNREADABLE:
             raise ParamsError(
