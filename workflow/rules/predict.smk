@@ -20,6 +20,7 @@ rule probe:
     input:
         host=rules.host.output.host,
         code=PREDICT_CODE["probe"],
+        models=spec_files(),  # the layer table times the study's own models
     output:
         probe="results/probe/{device}.json",
     params:
@@ -46,6 +47,7 @@ rule predict:
         reference=reference_records(),
         validation=reference_records(config["predict"].get("validate_on") or []),
         code=PREDICT_CODE["predict"],
+        models=spec_files(),  # their facts are counted again after an edit
     output:
         tables=predict_targets(),
     params:

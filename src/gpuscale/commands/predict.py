@@ -17,28 +17,55 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import sys
+    import tempfile
 
     from gpuscale.commands import load_typed
     from gpuscale.models import registry as models
+    from gpuscale.models import spec as model_spec
     from gpuscale.predict import costmodel
     from gpuscale.predict import prediction as predict
 
     params = load_typed(args)
+    specs = [m for m in params.study.models if model_spec.is_spec(m)]
+    facts_path = Path(args.facts) if args.facts else None
     try:
-        predict.run(
-            probe_paths(Path(args.probes), params.study.devices),
-            list(params.report.reference),
-            Path(args.out),
-            list(models.MODEL_NAMES),
-            images=params.data.train_size or 50_000,
-            batch_size=params.train.batch_size,
-            facts_path=Path(args.facts) if args.facts else None,
-            validation_folders=list(params.predict.validate_on),
-        )
-    except costmodel.CostModelError as err:
+        with tempfile.TemporaryDirectory(prefix="gpuscale-facts-") as scratch:
+            if specs:  # the study's own models: the package's facts and theirs, in one file for the cost model
+                facts_path = with_spec_facts(facts_path or costmodel.FACTS_FILE, specs, Path(scratch))
+            predict.run(
+                probe_paths(Path(args.probes), params.study.devices),
+                list(params.report.reference),
+                Path(args.out),
+                [*specs, *models.MODEL_NAMES],
+                images=params.data.train_size or 50_000,
+                batch_size=params.train.batch_size,
+                facts_path=facts_path,
+                validation_folders=list(params.predict.validate_on),
+            )
+    except (costmodel.CostModelError, model_spec.SpecError) as err:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def with_spec_facts(path: Path, specs: list[str], folder: Path) -> Path:
+    """A copy of the facts file with the spec models' facts added (their cache under results/models, counted
+    there on the first use and after an edit of their file: that imports torch)."""
+    import json
+
+    from gpuscale.models import spec as model_spec
+
+    doc = json.loads(path.read_text()) if path.exists() else {"schema": 1, "models": {}}
+    for name in specs:
+        entry = model_spec.read_facts(name)
+        if entry is None:
+            from gpuscale.models import facts
+
+            entry = facts.spec_facts(name)
+        doc["models"][name] = entry
+    out = folder / "modelfacts.json"
+    out.write_text(json.dumps(doc))
+    return out
 
 
 def probe_paths(folder: Path, devices: list[str]) -> list[Path]:

@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gpuscale.commands import UsageError, choice, load_typed, writable
+from gpuscale.commands import UsageError, choice, load_typed, model_choice, writable
 
 log = logging.getLogger("gpuscale")
 
@@ -45,10 +45,9 @@ def errors() -> tuple:
 def check(args) -> None:
     """Every argument and output, before the lock, the data or any training (one line naming what is allowed)."""
     from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
-    from gpuscale.models.registry import MODEL_NAMES
 
     config = load_typed(args)
-    choice("--model", args.model, MODEL_NAMES)
+    model_choice("--model", args.model)
     if not is_device(args.device):
         hint = ""
         if re.fullmatch(r"(cuda|cpu):[0-9]+", args.device):
