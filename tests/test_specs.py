@@ -1,0 +1,222 @@
+"""Models named by spec (gpuscale.models.spec): each form builds a 10-class model through the registry's door, each
+bad spec ends in one line and exit 2, and the user's file is an input of that model's jobs only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TINY, copy_project, run, write_yaml
+
+from gpuscale import cli
+from gpuscale.contract import params, record
+from gpuscale.models import registry, spec
+
+NET = """
+from torch import nn
+
+
+def build(num_classes=10):
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(4, num_classes))
+
+
+def fixed():  # no num_classes: 10 outputs
+    return build(10)
+
+
+def raises():
+    raise RuntimeError("no weights here")
+
+
+def not_a_module():
+    return 42
+
+
+def too_few_outputs():
+    return build(3)
+
+
+def fails_on_32():
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 10))
+"""
+
+
+@pytest.fixture
+def netfile(tmp_path) -> Path:
+    path = tmp_path / "tinynet.py"
+    path.write_text(NET)
+    return path
+
+
+@pytest.fixture
+def netpackage(tmp_path, monkeypatch) -> str:
+    package = tmp_path / "pkgroot" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(NET)
+    monkeypatch.syspath_prepend(str(package.parent))
+    return "mypkg.nets"
+
+
+def test_each_spec_form_builds_a_ten_class_network_through_the_registry(netfile, netpackage):
+    import torch
+
+    for name in (
+        "torchvision:squeezenet1_0",
+        f"{netpackage}:build",
+        f"{netfile}:build",
+        f"{netfile}:fixed",
+    ):
+        registry.check(name)
+        model = spec.preflight(name)
+        assert registry.get(name).family == "custom"
+        out = registry.build(name)(torch.randn(2, 3, 32, 32))
+        assert out.shape == (2, 10), name
+        assert isinstance(model, torch.nn.Module)
+    assert registry.build("simplecnn") is not None  # registry names keep working
+
+
+def test_a_spec_s_folder_name_is_a_safe_slug_and_its_record_keeps_the_spec():
+    assert spec.slug("simplecnn") == "simplecnn"
+    assert spec.slug("examples/mynet.py:build") == "examples-mynet-py-build"
+    assert spec.slug("torchvision:mobilenet_v3_small") == "torchvision-mobilenet_v3_small"
+    assert params.record_path("examples/mynet.py:build", "cpu", "paper", 0) == (
+        "results/runs/examples-mynet-py-build/cpu/paper-seed0.json"
+    )
+    assert spec.files("examples/mynet.py:build") == ["examples/mynet.py"]
+    assert spec.files("torchvision:resnet18") == spec.files("simplecnn") == []
+
+
+def test_timm_builds_or_says_in_one_line_how_to_install_it():
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        with pytest.raises(spec.SpecError, match=r"timm is not installed; pip install -r requirements/timm.txt"):
+            spec.preflight("timm:resnet18")
+        return
+    assert spec.preflight("timm:resnet18") is not None
+    with pytest.raises(spec.SpecError, match="timm has no model 'resnet19'; did you mean"):
+        spec.preflight("timm:resnet19")
+
+
+def _validate(tmp_path, models: list[str], capsys) -> tuple[int, str]:
+    overlay = write_yaml(tmp_path / "overlay.yaml", {**TINY, "study": {**TINY["study"], "models": models}})
+    code = cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)])
+    return code, capsys.readouterr().err
+
+
+BAD = {
+    "unknown builder": ("torchvision:resnt18", "torchvision has no classification builder 'resnt18'; did you mean"),
+    "module not importable": ("nosuchpkg.nets:build", "module nosuchpkg.nets is not importable"),
+    "function missing": ("{file}:nope", "defines no nope; name a function that returns the model"),
+    "function raises": ("{file}:raises", "raises() raised RuntimeError: no weights here"),
+    "not a module": ("{file}:not_a_module", "not_a_module() returned int, not a torch.nn.Module"),
+    "fails on 32x32": ("{file}:fails_on_32", "fails on a batch of 32x32 images: RuntimeError"),
+    "wrong outputs": ("{file}:too_few_outputs", "gives shape (2, 3) for 2 images, not (2, 10)"),
+    "missing file": ("{missing}:build", "no file"),
+    "malformed": ("examples/mynet:build", "is neither a .py file nor a dotted module name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_spec_ends_in_one_line_and_exit_2(case, netfile, tmp_path, capsys):
+    name, expected = BAD[case]
+    name = name.format(file=netfile, missing=tmp_path / "missing.py")
+    code, err = _validate(tmp_path, ["simplecnn", name], capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "study.models.1" in err and expected in err, err
+
+
+def test_a_bad_spec_is_refused_by_train_before_any_timing(netfile, tmp_path, capsys, prepared):
+    code = cli.main(["train", "--model", f"{netfile}:too_few_outputs", "--device", "cpu", "--data", str(prepared),
+                     "--out", str(tmp_path / "r.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--model: model spec" in err and "not (2, 10)" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_params_validation_is_torch_free_and_names_the_key(tmp_path, netfile):
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", f"{netfile}:build"]
+    params.validate(config)
+    config["study"]["models"] = ["simplecnn", f"{netfile}:nope"]
+    with pytest.raises(params.ParamsError, match=r"study\.models\.1: model spec .* defines no nope"):
+        params.validate(config)
+
+
+def test_a_spec_s_facts_are_counted_once_and_again_after_an_edit(netfile, tmp_path):
+    from gpuscale.models import facts
+
+    name, folder = f"{netfile}:build", tmp_path / "facts"
+    first = facts.spec_facts(name, folder)
+    assert first["parameters"] == 3 * 4 * 9 + 4 + 4 * 10 + 10 and first["train_flops_per_image"] > 0
+    doc = json.loads(spec.facts_path(name, folder).read_text())
+    assert doc["spec"] == name and doc["sha256"] == spec.file_sha256(name)
+    assert spec.read_facts(name, folder) == first
+    netfile.write_text(NET.replace("nn.Conv2d(3, 4, 3, padding=1)", "nn.Conv2d(3, 4, 3, padding=1, bias=False)"))
+    assert spec.read_facts(name, folder) is None  # stale: the file changed
+    assert facts.spec_facts(name, folder)["parameters"] == first["parameters"] - 4
+    assert json.loads((REPO / "src/gpuscale/models/modelfacts.json").read_text())["models"].keys() == set(
+        registry.MODEL_NAMES
+    )
+
+
+def test_the_probe_s_layer_table_times_a_spec_model(netfile):
+    import torch
+
+    from gpuscale.measure import probe
+
+    name = f"{netfile}:build"
+    table = probe.layer_table(torch.device("cpu"), 4, 30.0, names=[name])
+    assert table["models"][name]["layer_calls"] > 0 and table["models_not_timed"] == []
+
+
+def test_train_records_the_spec_under_its_slug(prepared, tmp_path, capsys, monkeypatch):
+    example = tmp_path / "examples" / "mynet.py"
+    example.parent.mkdir()
+    shutil.copy(REPO / "examples/mynet.py", example)
+    monkeypatch.chdir(tmp_path)
+    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "train": {**TINY["train"], "epochs": 1}})
+    name = "examples/mynet.py:build"
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--params", str(overlay), "--model", name,
+                     "--device", "cpu", "--data", str(prepared), "--threads", "1"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    doc = record.load(tmp_path / "results/runs/examples-mynet-py-build/cpu/paper-seed0.json")
+    assert doc["model"]["name"] == name and doc["key"]["model"] == name
+    assert doc["model"]["parameters"] == 20138
+
+
+def _job_inputs(repo: Path) -> dict[str, set[str]]:
+    """Every job's output -> its input files, from Snakemake's dry run (nothing runs)."""
+    out = run(["snakemake", "-n", "--cores", "1", "--detailed-summary"], repo).stdout
+    lines = [line for line in out.splitlines() if "\t" in line]
+    header = lines[0].split("\t")
+    jobs = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("\t"), strict=False))
+        jobs[row["output_file"]] = {i for i in row["input-file(s)"].split(",") if i and i != "-"}
+    return jobs
+
+
+@pytest.mark.e2e
+def test_snakemake_makes_the_user_s_file_an_input_of_that_model_s_jobs_only(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    (repo / "examples/other.py").write_text(textwrap.dedent(NET))
+    config = params.deep_merge(yaml.safe_load((repo / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", "examples/mynet.py:build", "examples/other.py:build"]
+    write_yaml(repo / "params.yaml", config)
+    jobs = _job_inputs(repo)
+    mine = jobs["results/runs/examples-mynet-py-build/cpu/paper-seed0.json"]
+    other = jobs["results/runs/examples-other-py-build/cpu/paper-seed0.json"]
+    registry_model = jobs["results/runs/simplecnn/cpu/paper-seed0.json"]
+    assert "examples/mynet.py" in mine and "examples/other.py" not in mine
+    assert "examples/other.py" in other and "examples/mynet.py" not in other
+    assert not {"examples/mynet.py", "examples/other.py"} & registry_model
+    assert {"examples/mynet.py", "examples/other.py"} <= jobs["results/probe/cpu.json"]
