@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import statistics
 from pathlib import Path
 
 import jinja2
@@ -489,14 +490,42 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
 
 
-def predicted_host_table(pred: dict) -> dict | None:
-    """This host's predicted epochs and speedups per registry model, beside each reference study's measurements."""
+def measured_here(runs: pl.DataFrame | None) -> dict[str, dict]:
+    """This study's own measured epochs (paper variant, no sweeps) per model, for the prediction beside them:
+    {model: {"this study: cpu_epoch_seconds": s, ..., "train_flops_per_image": f}}; the steady median where a
+    run has steady epochs, else its mean epoch (a one-epoch check)."""
+    if runs is None or runs.is_empty():
+        return {}
+    mine = runs.filter(
+        (pl.col("source") == "this host")
+        & (pl.col("status") == "measured")
+        & (pl.col("variant") == "paper")
+        & pl.col("sweep_parameter").is_null()
+    )
+    out: dict[str, dict] = {}
+    for r in mine.to_dicts():
+        side = "cpu" if r["device"] == "cpu" else "gpu"
+        seconds = r["steady_epoch_seconds_median"] or r["epoch_seconds_mean"]
+        row = out.setdefault(r["model"], {"train_flops_per_image": r["train_flops_per_image"]})
+        row.setdefault(f"this study: {side}_epoch_seconds", []).append(seconds)
+    return {
+        model: {k: (statistics.median(v) if isinstance(v, list) else v) for k, v in row.items()}
+        for model, row in out.items()
+    }
+
+
+def predicted_host_table(pred: dict, runs: pl.DataFrame | None = None) -> dict | None:
+    """This host's predicted epochs and speedups per model (the registry's and the study's own), beside what this
+    study measured and each reference study's measurements."""
     flops = {name: f.train_flops_per_image for name, f in costmodel.load_facts().items()}
+    here = measured_here(runs)
     rows = [
-        {**r, "train_flops_per_image": flops.get(r["model"])}
+        {**r, **here.get(r["model"], {}), "train_flops_per_image": flops.get(r["model"])}
         for r in pred["beside"]
         if any(k.startswith("predicted_") for k in r)
     ]
+    for r in rows:
+        r["train_flops_per_image"] = r["train_flops_per_image"] or here.get(r["model"], {}).get("train_flops_per_image")
     if not rows:
         return None
     rows.sort(key=lambda r: (r["train_flops_per_image"] is None, r["train_flops_per_image"] or 0, r["model"]))
@@ -508,13 +537,13 @@ def predicted_host_table(pred: dict) -> dict | None:
         "predicted_speedup",
     ]
     band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
-    measured = sorted({k for r in rows for k in r if ": " in k})
+    measured = sorted({k for r in rows for k in r if ": " in k}, key=lambda k: (not k.startswith("this study"), k))
     frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
     columns = [c for c in first + band + measured if c in frame.columns and not frame[c].is_null().all()]
     return table(
         "predicted_host",
-        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what the reference "
-        "studies measured on theirs",
+        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what this study "
+        "measured (its own models included) and what the reference studies measured on theirs",
         frame,
         columns,
     )
@@ -716,12 +745,12 @@ def paper_verdicts(pred: dict) -> dict[str, list[str]]:
     return {"main": main, "rates": out}
 
 
-def prediction_section(pred: dict | None) -> dict | None:
+def prediction_section(pred: dict | None, runs: pl.DataFrame | None = None) -> dict | None:
     """Everything the 'Predicted before measuring' section shows; None without the predict stage's tables."""
     if pred is None:
         return None
     return {
-        "host": predicted_host_table(pred),
+        "host": predicted_host_table(pred, runs),
         "summary": validation_summary_table(pred),
         "speedup_checks": speedup_checks_table(pred),
         "verdicts": validation_verdicts(pred),
@@ -1564,7 +1593,7 @@ def render(
         generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         paper=paper,
         key=key_results(tables, pred),
-        prediction=prediction_section(pred),
+        prediction=prediction_section(pred, tables["runs"]),
         warnings=warnings(tables),
         headline=headline(tables["speedup"], tolerance),
         conditions=conditions_section(tables),
