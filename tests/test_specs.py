@@ -96,7 +96,9 @@ def test_timm_builds_or_says_in_one_line_how_to_install_it():
     try:
         import timm  # noqa: F401
     except ImportError:
-        with pytest.raises(spec.SpecError, match=r"timm is not installed; pip install -r requirements/timm.txt"):
+        with pytest.raises(
+            spec.SpecError, match=r"timm is not installed; make timm \(pip install -r requirements/timm.txt"
+        ):
             spec.preflight("timm:resnet18")
         return
     assert spec.preflight("timm:resnet18") is not None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = ("torchvision", "timm", "module", "file")
-TIMM_INSTALL = "pip install -r requirements/timm.txt (or pip install 'gpuscale[timm]')"
+TIMM_INSTALL = "make timm (pip install -r requirements/timm.txt, or pip install 'gpuscale[timm]')"
 FORMS = "torchvision:<builder>, timm:<name>, package.module:function or path/to/file.py:function"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
