@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -195,16 +196,30 @@ def test_train_records_the_spec_under_its_slug(prepared, tmp_path, capsys, monke
     assert doc["model"]["parameters"] == 20138
 
 
+DAG_INPUTS = """
+import asyncio, json
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import DAGSettings, OutputSettings, ResourceSettings, StorageSettings
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings(),
+                      snakefile=Path("Snakefile"), workdir=Path("."))
+    dag_api = wf.dag(dag_settings=DAGSettings())
+    workflow = dag_api.workflow_api._workflow
+    workflow.dag_settings = dag_api.dag_settings
+    workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+    built = workflow._build_dag()
+    if asyncio.iscoroutine(built):
+        asyncio.run(built)
+    print("JOBS " + json.dumps({o: sorted(map(str, job.input)) for job in workflow.dag.jobs for o in job.output}))
+"""
+
+
 def _job_inputs(repo: Path) -> dict[str, set[str]]:
-    """Every job's output -> its input files, from Snakemake's dry run (nothing runs)."""
-    out = run(["snakemake", "-n", "--cores", "1", "--detailed-summary"], repo).stdout
-    lines = [line for line in out.splitlines() if "\t" in line]
-    header = lines[0].split("\t")
-    jobs = {}
-    for line in lines[1:]:
-        row = dict(zip(header, line.split("\t"), strict=False))
-        jobs[row["output_file"]] = {i for i in row["input-file(s)"].split(",") if i and i != "-"}
-    return jobs
+    """Every job's output -> its input files, from the DAG Snakemake builds (nothing runs)."""
+    done = run([sys.executable, "-c", DAG_INPUTS], repo)
+    line = next(line for line in done.stdout.splitlines() if line.startswith("JOBS "))
+    return {output: set(inputs) for output, inputs in json.loads(line[len("JOBS ") :]).items()}
 
 
 @pytest.mark.e2e
