@@ -15,7 +15,7 @@ from conftest import REPO, TINY, copy_project, run, write_yaml
 
 from gpuscale import cli
 from gpuscale.contract import params, record
-from gpuscale.models import registry, spec
+from gpuscale.models import registry, spec, specbuild
 
 NET = """
 from torch import nn
@@ -74,7 +74,7 @@ def test_each_spec_form_builds_a_ten_class_network_through_the_registry(netfile,
         f"{netfile}:fixed",
     ):
         registry.check(name)
-        model = spec.preflight(name)
+        model = specbuild.preflight(name)
         assert registry.get(name).family == "custom"
         out = registry.build(name)(torch.randn(2, 3, 32, 32))
         assert out.shape == (2, 10), name
@@ -100,11 +100,11 @@ def test_timm_builds_or_says_in_one_line_how_to_install_it():
         with pytest.raises(
             spec.SpecError, match=r"timm is not installed; make timm \(pip install -r requirements/timm.txt"
         ):
-            spec.preflight("timm:resnet18")
+            specbuild.preflight("timm:resnet18")
         return
-    assert spec.preflight("timm:resnet18") is not None
+    assert specbuild.preflight("timm:resnet18") is not None
     with pytest.raises(spec.SpecError, match="timm has no model 'resnet19'; did you mean"):
-        spec.preflight("timm:resnet19")
+        specbuild.preflight("timm:resnet19")
 
 
 def _validate(tmp_path, models: list[str], capsys) -> tuple[int, str]:

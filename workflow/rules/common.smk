@@ -35,9 +35,11 @@ except gp.ParamsError as err:
 MODEL_BY_SLUG = {model_spec.slug(m): m for m in (*PARAMS.study.models, *PARAMS.sweeps.models)}
 SPEC_MODELS = [m for m in MODEL_BY_SLUG.values() if model_spec.is_spec(m)]
 if SPEC_MODELS and workflow.is_main_process:
+    from gpuscale.models import specbuild  # torch: only where the study names a model by spec
+
     try:
         for _model in SPEC_MODELS:
-            model_spec.preflight(_model)
+            specbuild.preflight(_model)
     except model_spec.SpecError as err:
         sys.exit(f"gpuscale: params error: study.models: {err}")
 

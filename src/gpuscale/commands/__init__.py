@@ -56,7 +56,7 @@ def choice(option: str, value, allowed) -> None:
 
 def model_choice(option: str, value: str, build: bool = True) -> None:
     """Refuse a model that is neither a registry name nor a usable spec. A spec is also built and run on two
-    32x32 images on the CPU (gpuscale.models.spec.preflight; imports torch) unless `build` is False."""
+    32x32 images on the CPU (gpuscale.models.specbuild.preflight; imports torch) unless `build` is False."""
     from gpuscale.models import registry
     from gpuscale.models import spec as model_spec
 
@@ -66,7 +66,9 @@ def model_choice(option: str, value: str, build: bool = True) -> None:
     try:
         registry.check(value)
         if build:
-            model_spec.preflight(value)
+            from gpuscale.models import specbuild
+
+            specbuild.preflight(value)
     except model_spec.SpecError as err:
         raise UsageError(f"{option}: {err}") from None
 

@@ -13,13 +13,14 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from gpuscale.contract import params
     from gpuscale.models import spec as model_spec
+    from gpuscale.models import specbuild
 
     config = load_typed(args)
     for key, names in (("study.models", config.study.models), ("sweeps.models", config.sweeps.models)):
         for index, name in enumerate(names):
             if model_spec.is_spec(name):
                 try:
-                    model_spec.preflight(name)
+                    specbuild.preflight(name)
                 except model_spec.SpecError as err:
                     raise UsageError(f"{key}.{index}: {err}") from None
     print(

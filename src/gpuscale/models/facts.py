@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from gpuscale.models import nets
+from gpuscale.models import nets, specbuild
 from gpuscale.models import registry as models
 from gpuscale.models import spec as model_spec
 
@@ -55,12 +55,12 @@ def model_facts(names: list[str] | None = None) -> dict:
 
 def spec_facts(name: str, folder: Path | str | None = model_spec.FACTS_FOLDER) -> dict:
     """One model's facts entry, for a model named by spec: read from its cache file in `folder` where the spec and
-    its source files' sha256 match, else built (gpuscale.models.spec.preflight first, so a bad model says why in
+    its source files' sha256 match, else built (gpuscale.models.specbuild.preflight first, so a bad model says why in
     one line), counted and, with a folder, written there. Never into the shipped modelfacts.json."""
     cached = model_spec.read_facts(name, folder) if folder is not None else None
     if cached is not None:
         return cached
-    model_spec.preflight(name)
+    specbuild.preflight(name)
     entry = model_facts([name])["models"][name]
     if folder is not None:
         path = model_spec.facts_path(name, folder)

@@ -188,7 +188,13 @@ def get(name: str) -> ModelSpec:
     if name in MODELS:
         return MODELS[name]
     model_spec.parse(name)  # SpecError: the form is wrong
-    return ModelSpec(name, model_spec.description(name), "custom", lambda n: model_spec.build(name, n))
+    return ModelSpec(name, model_spec.description(name), "custom", lambda n: _build_spec(name, n))
+
+
+def _build_spec(name: str, num_classes: int):
+    from gpuscale.models import specbuild
+
+    return specbuild.build(name, num_classes)
 
 
 def build(name: str, num_classes: int = 10):
