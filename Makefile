@@ -39,7 +39,7 @@ endif
 
 # Optional: timm, for `timm:<name>` model specs (requirements/timm.txt; torch and torchvision stay as locked).
 timm: install
-	$(call q,$(BIN)/pip) install -q -r requirements/timm.txt
+	$(call q,$(BIN)/pip) install -q --require-hashes --no-deps -r requirements/timm.txt
 
 # Refresh requirements/*.txt after an edit to pyproject.toml's dependencies (uv resolves from PyPI in seconds).
 lock:
