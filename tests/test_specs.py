@@ -237,3 +237,77 @@ def test_snakemake_makes_the_user_s_file_an_input_of_that_model_s_jobs_only(tmp_
     assert "examples/other.py" in other and "examples/mynet.py" not in other
     assert not {"examples/mynet.py", "examples/other.py"} & registry_model
     assert {"examples/mynet.py", "examples/other.py"} <= jobs["results/probe/cpu.json"]
+
+
+# ----------------------------------------------------------------------------- DVC: a spec model's own stages
+
+SPEC_STUDY = {"study.models": ["simplecnn", "examples/mynet.py:build"], "sweeps.models": ["examples/mynet.py:build"]}
+
+
+def test_dvc_yaml_gives_a_spec_model_stages_under_its_slug_and_takes_them_back():
+    from gpuscale import deps
+
+    text = (REPO / "dvc.yaml").read_text()
+    written = deps.render_dvc(text, SPEC_STUDY, REPO)
+    stages = yaml.safe_load(written)["stages"]
+    assert stages["train"]["matrix"]["model"] == ["simplecnn"]  # the registry names; their stage names unchanged
+    assert stages["sweep_threads"]["matrix"]["model"] == []
+    mine = stages["train-examples-mynet-py-build"]
+    assert "model" not in mine["matrix"]
+    assert "--model examples/mynet.py:build " in mine["cmd"] and "${item.model}" not in mine["cmd"]
+    assert mine["outs"] == ["results/runs/examples-mynet-py-build/${item.device}/${item.variant}-seed${item.seed}.json"]
+    assert "examples/mynet.py" in mine["deps"] and "examples/mynet.py" not in stages["train"]["deps"]
+    assert "models" in mine["params"]  # DVC splits keys at '.': the spec cannot be named, the section is
+    assert "examples/mynet.py" in stages["sweep_batch-examples-mynet-py-build"]["deps"]
+    assert "examples/mynet.py" in stages["probe"]["deps"] and "examples/mynet.py" in stages["predict"]["deps"]
+    assert "examples/mynet.py" not in stages["aggregate"]["deps"]
+    assert deps.render_dvc(written, SPEC_STUDY, REPO) == written  # --write twice changes nothing
+    assert deps.render_dvc(written, {}, REPO) == text  # the spec gone from params.yaml: dvc.yaml as before
+
+
+def test_train_refuses_a_record_path_that_names_the_spec_as_a_stale_dvc_yaml_would(prepared, tmp_path, capsys):
+    out = tmp_path / "results/runs/examples/mynet.py:build/cpu/paper-seed0.json"
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--model", "examples/mynet.py:build",
+                     "--device", "cpu", "--data", str(prepared), "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "python -m gpuscale.deps --write dvc.yaml" in err and "examples-mynet-py-build" in err
+    assert not out.exists()
+
+
+@pytest.mark.e2e
+def test_dvc_reruns_only_the_spec_model_s_training_after_an_edit_to_its_file(tmp_path):
+    """dvc.yaml written for a study with a spec: `dvc repro` of the trains, then an edit to the user's file changes
+    that model's train stage (and the probe and predict, which read every model) and not the registry model's."""
+    repo = copy_project(tmp_path / "repo", git=True)
+    config = params.deep_merge(yaml.safe_load((repo / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", "examples/mynet.py:build"]
+    config["train"]["epochs"] = 1
+    write_yaml(repo / "params.yaml", config)
+    run([sys.executable, "-m", "gpuscale.deps", "--write", "dvc.yaml"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "spec"], repo)
+    trains = ["train@simplecnn-cpu-paper-0", "train-examples-mynet-py-build@cpu-paper-0"]
+    run(["dvc", "repro", *trains], repo)
+    doc = record.load(repo / "results/runs/examples-mynet-py-build/cpu/paper-seed0.json")
+    assert doc["model"]["name"] == "examples/mynet.py:build"
+    assert (repo / "results/runs/simplecnn/cpu/paper-seed0.json").is_file()
+
+    with (repo / "examples/mynet.py").open("a") as fh:
+        fh.write("# an edit to the user's model\n")
+    changed = set(json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")) - {"host"}
+    assert changed & set(trains) == {trains[1]}, changed  # the registry model's training stays cached
+    assert {"probe@cpu", "predict"} <= changed
+    out = run(["dvc", "repro", *trains], repo).stdout
+    assert f"Running stage '{trains[1]}'" in out and f"Running stage '{trains[0]}'" not in out, out
+
+
+def test_gpuscale_models_lists_the_study_s_models_named_by_spec(tmp_path, monkeypatch):
+    import argparse
+
+    from gpuscale.commands import models as models_command
+
+    monkeypatch.chdir(REPO)
+    overlay = write_yaml(tmp_path / "o.yaml", {"study": {"models": ["simplecnn", "examples/mynet.py:build"]}})
+    args = argparse.Namespace(params=[str(REPO / "params.yaml"), str(overlay)])
+    assert models_command.spec_models(args) == ["examples/mynet.py:build"]
+    assert models_command.spec_models(argparse.Namespace(params=[str(REPO / "params.yaml")])) == []

@@ -71,6 +71,12 @@ def check(args) -> None:
             f"(gpuscale data --out {data}, or snakemake / dvc repro)"
         )
     if args.out:
+        if ":" in args.model and args.model in args.out:  # a spec where its slug belongs: DVC's matrix put it there
+            raise UsageError(
+                f"--out {args.out}: names the model spec {args.model!r} in a path (its folder is "
+                f"{default_out(args).split('/')[2]}); dvc.yaml is older than params.yaml's study.models: run "
+                f"`python -m gpuscale.deps --write dvc.yaml`"
+            )
         writable(args.out, "--out")
     else:
         writable(default_out(args), "--out (default)")
