@@ -13,7 +13,7 @@ TORCH ?= default
 TORCH_INDEX ?= https://download.pytorch.org/whl/$(TORCH)
 LOCK := requirements/lock.txt
 
-.PHONY: install reproduce quick test browser slurm clean-results lock lint
+.PHONY: install reproduce quick test browser slurm clean-results lock lint timm
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ else
 endif
 	$(call q,$(BIN)/pip) install -q --no-deps -e .
 	touch $(call q,$@)
+
+# Optional: timm, for `timm:<name>` model specs (requirements/timm.txt; torch and torchvision stay as locked).
+timm: install
+	$(call q,$(BIN)/pip) install -q --require-hashes --no-deps -r requirements/timm.txt
 
 # Refresh requirements/*.txt after an edit to pyproject.toml's dependencies (uv resolves from PyPI in seconds).
 lock:

@@ -48,7 +48,7 @@ def snakemake_code_deps() -> dict[str, set[str]]:
 def test_dvc_yaml_code_deps_and_params_are_generated_and_current():
     stale = "dvc.yaml is stale: run `python -m gpuscale.deps --write dvc.yaml`"
     text = (REPO / "dvc.yaml").read_text()
-    assert deps.render_dvc(text) == text, stale
+    assert deps.render_dvc(text, deps.study_models(REPO / "params.yaml"), REPO) == text, stale
     stages = yaml.safe_load(text)["stages"]
     for name, stage in stages.items():
         assert stage.get("params", []) == deps.STAGE_PARAMS[name], name

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("aggregate", "records -> Polars tables, fits and metrics"),
     "charts": ("charts", "tables -> Altair charts (HTML, SVG, Vega-Lite JSON)"),
     "report": ("report", "tables and charts -> one offline HTML page"),
-    "models": ("models", "list the model registry with parameters and FLOPs"),
+    "models": ("models", "list the model registry, then the study's models named by spec, with parameters and FLOPs"),
     "probe": ("probe", "measure a device's layer throughputs, step costs and input pipeline (about a minute)"),
     "predict": ("predict", "probe records and model facts -> predicted epochs and speedups, validated"),
     "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),

@@ -282,14 +282,16 @@ def _table_outputs() -> list[str]:
     return list(tables.outputs().values())
 
 
-def render_dvc(text: str) -> str:
-    """dvc.yaml with each stage's code dep and params list replaced by the computed ones.
+def render_dvc(text: str, models: dict[str, list[str]] | None = None, root: Path | str = ".") -> str:
+    """dvc.yaml with each stage's code dep and params list replaced by the computed ones, and the stages of the
+    models named by spec in `models` (study_models(params.yaml); see add_spec_stages) made again.
 
     Within a stage, the code entries of `deps:` (`- workflow/code/...`, or `- src/gpuscale/...` as older
     files listed them) become the one link folder of its command (other deps, data and outputs, keep
     their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate stage's `outs:`
     from gpuscale.analyze.tables.outputs().
     """
+    text = _strip_generated(text)
     out: list[str] = []
     blank = 0
     stage = section = None
@@ -329,7 +331,123 @@ def render_dvc(text: str) -> str:
             out.append(line)
         blank = 0
     flush()
+    return add_spec_stages("\n".join(out) + "\n", models or {}, root)
+
+
+# ----------------------------------------------------------------------------- models named by spec in dvc.yaml
+# DVC's matrix cannot map a spec (examples/mynet.py:build) to its slug (examples-mynet-py-build), and a spec in a
+# stage name or an output path is refused or misplaced. So, where params.yaml's study.models (sweeps.models) names
+# a model by spec, `--write` gives that model stages of its own, copied from the matrix stage with the spec in the
+# command, the slug in paths and names, and the user's file as a dep; the matrix's model axis then lists the
+# registry names only. Generated lines carry GENERATED, and are dropped and made again by every `--write`.
+
+GENERATED = "# generated for a model spec (python -m gpuscale.deps --write dvc.yaml)"
+# stage -> the params key listing its models (its matrix's model axis)
+MODEL_STAGES = {"train": "study.models", "sweep_threads": "sweeps.models", "sweep_batch": "sweeps.models"}
+SPEC_FILE_STAGES = ("probe", "predict")  # the layer table times, and the facts count, every model of the study
+
+
+def study_models(params_path: Path | str) -> dict[str, list[str]]:
+    """params key (study.models, sweeps.models) -> its model names, from a params.yaml."""
+    import yaml  # only when writing or checking dvc.yaml
+
+    config = yaml.safe_load(Path(params_path).read_text()) or {}
+    return {key: list((config.get(key.split(".")[0]) or {}).get("models") or []) for key in set(MODEL_STAGES.values())}
+
+
+def _strip_generated(text: str) -> str:
+    """dvc.yaml without the generated stages and deps, and with each model axis back to its params key."""
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if line.strip() and indent <= 2:
+            skipping = GENERATED in line and indent == 2
+        if skipping or (GENERATED in line and line.strip().startswith("- ")):
+            continue
+        match = re.match(r"^      model: .*?" + re.escape(GENERATED) + r": the registry names in (\S+)$", line)
+        out.append(f"      model: ${{{match.group(1)}}}" if match else line)
     return "\n".join(out) + "\n"
+
+
+def _stage_blocks(text: str) -> list[tuple[str | None, list[str]]]:
+    """(stage name or None, its lines): the text cut where each stage under `stages:` begins."""
+    blocks: list[tuple[str | None, list[str]]] = [(None, [])]
+    in_stages = False
+    for line in text.splitlines():
+        match = _STAGE.match(line)
+        if line.strip() and not line[0].isspace():
+            in_stages = line.startswith("stages:") or (in_stages and line.startswith("#"))
+            blocks.append((None, [line]))
+        elif in_stages and match:
+            blocks.append((match.group(1), [line]))
+        else:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def _spec_stage(name: str, lines: list[str], spec: str, files: list[str]) -> list[str]:
+    """The matrix stage `name`'s lines made into the stages of one model named by spec."""
+    import shlex
+
+    from gpuscale.models import spec as model_spec
+
+    slug = model_spec.slug(spec)
+    out = [f"  {name}-{slug}:  {GENERATED}"]
+    section = None
+    for line in lines[1:]:
+        stripped = line.strip()
+        if re.match(r"^    [A-Za-z_]+:", line):
+            section = stripped.split(":")[0]
+        if section == "matrix" and stripped.startswith("model:"):
+            continue
+        if section == "params" and stripped == "- models.${item.model}":
+            # DVC splits a params key at each '.': a spec cannot be named in one, so the whole section
+            out.append(line.replace("models.${item.model}", "models"))
+            continue
+        line = line.replace("--model ${item.model}", f"--model {shlex.quote(spec)}").replace("${item.model}", slug)
+        out.append(line)
+        if section == "deps" and stripped.startswith(f"- {LINK_ROOT}/"):
+            out.extend(f"      - {f}  {GENERATED}" for f in files)
+    while out and not out[-1].strip():
+        out.pop()
+    return out + [""]
+
+
+def add_spec_stages(text: str, models: dict[str, list[str]], root: Path | str = ".") -> str:
+    """dvc.yaml (as render_dvc leaves it) with the stages and deps of the models named by spec in `models`."""
+    from gpuscale.models import spec as model_spec
+
+    specs = {key: [m for m in names if model_spec.is_spec(m)] for key, names in models.items()}
+    if not any(specs.values()):
+        return text
+    all_files = sorted({f for names in specs.values() for m in names for f in model_spec.files(m, root)})
+    out: list[str] = []
+    for name, lines in _stage_blocks(text):
+        key = MODEL_STAGES.get(name)
+        if key and specs[key]:
+            registry = [m for m in models[key] if not model_spec.is_spec(m)]
+            axis = f"      model: [{', '.join(registry)}]  {GENERATED}: the registry names in {key}"
+            out.extend(axis if line.strip() == f"model: ${{{key}}}" else line for line in lines)
+            if out[-1].strip():
+                out.append("")
+            for spec in specs[key]:
+                out.extend(_spec_stage(name, lines, spec, model_spec.files(spec, root)))
+            continue
+        for line in lines:
+            out.append(line)
+            if name in SPEC_FILE_STAGES and line.strip() == f"- {LINK_ROOT}/{STAGE_COMMANDS[name]}":
+                out.extend(f"      - {f}  {GENERATED}" for f in all_files)
+    return "\n".join(out) + "\n"
+
+
+def write_dvc(path: Path | str, params_path: Path | str | None = None, root: Path | str = SOURCE_ROOT) -> None:
+    """Rewrite dvc.yaml (code deps, params lists, the stages of models named by spec) and its link folders."""
+    path = Path(path)
+    params_path = Path(params_path) if params_path else path.parent / "params.yaml"
+    models = study_models(params_path) if params_path.is_file() else {}
+    path.write_text(render_dvc(path.read_text(), models, path.parent))
+    write_links(path.parent, root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,12 +460,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DVC_YAML",
         help=f"rewrite this dvc.yaml's code deps and params lists, and {LINK_ROOT}/ beside it",
     )
+    parser.add_argument(
+        "--params",
+        metavar="PARAMS_YAML",
+        help="the params.yaml whose models named by spec get stages of their own (default: beside DVC_YAML)",
+    )
     parser.add_argument("--root", default=SOURCE_ROOT, help="the package source folder (default %(default)s)")
     args = parser.parse_args(argv)
     if args.write:
-        path = Path(args.write)
-        path.write_text(render_dvc(path.read_text()))
-        write_links(path.parent, args.root)
+        write_dvc(args.write, args.params, args.root)
     if args.stage:
         print("\n".join(code_files(args.stage, args.root)))
     return 0

@@ -12,6 +12,7 @@ from gpuscale.analyze import tables
 from gpuscale.measure import envinfo
 from gpuscale.contract import paths as gpaths
 from gpuscale.contract import settings as typed
+from gpuscale.models import spec as model_spec
 
 
 def _params_files():
@@ -41,6 +42,35 @@ try:  # the paths the params name, resolved and checked where the stage commands
 except gpaths.PathError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
+# Models named by spec (gpuscale.models.spec): a job's {model} wildcard is the spec's slug, the command gets the
+# spec; the user's file is an input of that model's jobs only. Built and run on two 32x32 images before any job.
+MODEL_BY_SLUG = {model_spec.slug(m): m for m in (*PARAMS.study.models, *PARAMS.sweeps.models)}
+SPEC_MODELS = [m for m in MODEL_BY_SLUG.values() if model_spec.is_spec(m)]
+if SPEC_MODELS and workflow.is_main_process:
+    from gpuscale.models import specbuild  # torch: only where the study names a model by spec
+
+    try:
+        for _model in SPEC_MODELS:
+            specbuild.preflight(_model)
+    except model_spec.SpecError as err:
+        sys.exit(f"gpuscale: params error: study.models: {err}")
+
+
+def model_of(wildcards):
+    """The model a job's {model} wildcard (a slug) stands for: a registry name or a spec."""
+    return MODEL_BY_SLUG.get(wildcards.model, wildcards.model)
+
+
+def model_files(wildcards):
+    """The user's source files of the job's model (a spec's .py file, or its module's under this folder)."""
+    return model_spec.files(model_of(wildcards))
+
+
+def spec_files():
+    """The source files of every model named by spec (the probe times their layers, predict counts them)."""
+    return sorted({f for m in SPEC_MODELS for f in model_spec.files(m)})
+
+
 HOST_FINGERPRINT = envinfo.host_fingerprint()
 CUDA_MISMATCH = envinfo.cuda_mismatch()  # a GPU this torch cannot use: said before any job starts
 if CUDA_MISMATCH:
@@ -66,7 +96,7 @@ def all_records():
 # one timing slot Snakemake starts them in that order; sweeps come after the study's runs. Shown by a dry run.
 TIMING_ORDER = gp.run_keys(PARAMS)
 _TIMING_RANK = {
-    (k["model"], k["device"], k["variant"], k["seed"], k.get("round", 1)): len(TIMING_ORDER) - i
+    (model_spec.slug(k["model"]), k["device"], k["variant"], k["seed"], k.get("round", 1)): len(TIMING_ORDER) - i
     for i, k in enumerate(TIMING_ORDER)
 }
 ROUND_SUFFIX_PATTERN = r"(-round([2-9]|[1-9][0-9]+))?"

@@ -21,6 +21,7 @@ rule probe:
         host=rules.host.output.host,
         data=rules.data.output.prepared,
         code=PREDICT_CODE["probe"],
+        models=spec_files(),  # the layer table times the study's own models
     output:
         probe="results/probe/{device}.json",
     params:
@@ -47,6 +48,7 @@ rule predict:
         reference=reference_records(),
         validation=reference_records(config["predict"].get("validate_on") or []),
         code=PREDICT_CODE["predict"],
+        models=spec_files(),  # their facts are counted again after an edit
     output:
         tables=predict_targets(),
     params:

@@ -3,12 +3,14 @@ rule train:
         data=rules.data.output.prepared,
         host=rules.host.output.host,
         code=CODE["train"],
+        model=model_files,
     output:
         # rounds after the first (study.rounds) end in -roundN (gpuscale.contract.record.round_suffix)
         record="results/runs/{model}/{device}/{variant}-seed{seed}{rsuffix}.json",
     params:
         # Everything that shapes this run: an edit to one model's params reruns that model only.
-        settings=lambda w: gp.run_settings(PARAMS, w.model, w.device, w.variant, int(w.seed)),
+        settings=lambda w: gp.run_settings(PARAMS, model_of(w), w.device, w.variant, int(w.seed)),
+        model=model_of,
         label=lambda w: config["study"].get("label"),
         # rounds after the first only: the first round's command is the DVC stage's (dvc.yaml runs one round)
         round_arg=lambda w: f" --round {round_of(w.rsuffix)}" if w.rsuffix else "",
@@ -32,7 +34,7 @@ rule train:
     message:
         "Training {wildcards.model} on {wildcards.device} ({wildcards.variant}, seed {wildcards.seed}{wildcards.rsuffix})"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model:q} --device {wildcards.device:q}"
+        "gpuscale train {params.params_args} --model {params.model:q} --device {wildcards.device:q}"
         " --variant {wildcards.variant:q} --seed {wildcards.seed:q}{params.round_arg} --threads {threads}"
         " --data {input.data:q} --out {output.record:q} --log {log:q}"
 
@@ -42,10 +44,12 @@ rule sweep_threads:
         data=rules.data.output.prepared,
         host=rules.host.output.host,
         code=CODE["train"],
+        model=model_files,
     output:
         record="results/runs/{model}/cpu/threads{value}-{variant}-seed{seed}.json",
     params:
-        settings=lambda w: gp.sweep_settings(PARAMS, w.model, "cpu", "threads", int(w.value), w.variant, int(w.seed)),
+        settings=lambda w: gp.sweep_settings(PARAMS, model_of(w), "cpu", "threads", int(w.value), w.variant, int(w.seed)),
+        model=model_of,
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/cpu/threads{value}-{variant}-seed{seed}.log",
@@ -61,7 +65,7 @@ rule sweep_threads:
     message:
         "Thread sweep: {wildcards.model} on cpu with {wildcards.value} threads"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model:q} --device cpu --variant {wildcards.variant:q}"
+        "gpuscale train {params.params_args} --model {params.model:q} --device cpu --variant {wildcards.variant:q}"
         " --seed {wildcards.seed:q} --sweep threads={wildcards.value:q}"
         " --data {input.data:q} --out {output.record:q} --log {log:q}"
 
@@ -71,10 +75,12 @@ rule sweep_batch:
         data=rules.data.output.prepared,
         host=rules.host.output.host,
         code=CODE["train"],
+        model=model_files,
     output:
         record="results/runs/{model}/{device}/batch{value}-{variant}-seed{seed}.json",
     params:
-        settings=lambda w: gp.sweep_settings(PARAMS, w.model, w.device, "batch", int(w.value), w.variant, int(w.seed)),
+        settings=lambda w: gp.sweep_settings(PARAMS, model_of(w), w.device, "batch", int(w.value), w.variant, int(w.seed)),
+        model=model_of,
         params_args=PARAMS_ARGS,
     log:
         "logs/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.log",
@@ -91,6 +97,6 @@ rule sweep_batch:
     message:
         "Batch sweep: {wildcards.model} on {wildcards.device} at batch {wildcards.value}"
     shell:
-        "gpuscale train {params.params_args} --model {wildcards.model:q} --device {wildcards.device:q}"
+        "gpuscale train {params.params_args} --model {params.model:q} --device {wildcards.device:q}"
         " --variant {wildcards.variant:q} --seed {wildcards.seed:q} --sweep batch={wildcards.value:q} --threads {threads}"
         " --data {input.data:q} --out {output.record:q} --log {log:q}"

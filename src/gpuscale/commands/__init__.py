@@ -54,6 +54,25 @@ def choice(option: str, value, allowed) -> None:
         )
 
 
+def model_choice(option: str, value: str, build: bool = True) -> None:
+    """Refuse a model that is neither a registry name nor a usable spec. A spec is also built and run on two
+    32x32 images on the CPU (gpuscale.models.specbuild.preflight; imports torch) unless `build` is False."""
+    from gpuscale.models import registry
+    from gpuscale.models import spec as model_spec
+
+    if not model_spec.is_spec(value):
+        choice(option, value, registry.MODEL_NAMES)
+        return
+    try:
+        registry.check(value)
+        if build:
+            from gpuscale.models import specbuild
+
+            specbuild.preflight(value)
+    except model_spec.SpecError as err:
+        raise UsageError(f"{option}: {err}") from None
+
+
 def writable(path: Path | str, option: str, inputs=()) -> Path:
     """Refuse (UsageError) an output that cannot be written, before any work: its nearest existing folder must
     be a folder this process can create files in (outputs are written beside themselves, then renamed). First

@@ -1,22 +1,40 @@
-"""gpuscale models: list the model registry with parameters and FLOPs."""
+"""gpuscale models: list the model registry, then the models the study names by spec, with parameters and FLOPs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def add_arguments(parser) -> None:
-    pass
+    pass  # --params (every command's): the study whose models named by spec are listed after the registry
+
+
+def spec_models(args) -> list[str]:
+    """The models named by spec in study.models and sweeps.models (in that order, once each)."""
+    from gpuscale.commands import load_params
+    from gpuscale.contract import params
+    from gpuscale.models import spec as model_spec
+
+    if not args.params and not Path(params.DEFAULT_PARAMS).is_file():
+        return []
+    config = load_params(args)
+    names = [*config["study"]["models"], *config["sweeps"]["models"]]
+    return [m for m in dict.fromkeys(names) if model_spec.is_spec(m)]
 
 
 def run(args) -> int:
     from gpuscale.models import nets
     from gpuscale.models import registry as models
 
-    print(f"{'model':<16} {'parameters':>12} {'train GFLOPs/image':>19}  description")
-    for name, spec in models.MODELS.items():
-        model = spec.build(10)
+    specs = spec_models(args)
+    width = max([16, *(len(m) + 1 for m in specs)])
+    print(f"{'model':<{width}} {'parameters':>12} {'train GFLOPs/image':>19}  description")
+    for name in [*models.MODELS, *specs]:
+        entry = models.get(name)
+        model = entry.build(10)
         flops = nets.flops_per_image(model)
         print(
-            f"{name:<16} {nets.parameter_count(model):>12,} "
-            f"{flops['train_flops_per_image'] / 1e9:>19.4f}  {spec.description}"
+            f"{name:<{width}} {nets.parameter_count(model):>12,} "
+            f"{flops['train_flops_per_image'] / 1e9:>19.4f}  {entry.description}"
         )
     return 0

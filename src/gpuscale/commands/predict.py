@@ -44,30 +44,57 @@ def check(args) -> None:
 
 def run(args) -> int:
     import sys
+    import tempfile
 
     from gpuscale.commands import load_typed
     from gpuscale.models import registry as models
+    from gpuscale.models import spec as model_spec
     from gpuscale.predict import costmodel
     from gpuscale.predict import prediction as predict
 
     params = load_typed(args)
     if args.model:
         return one_off(args, params)
+    specs = [m for m in params.study.models if model_spec.is_spec(m)]
+    facts_path = Path(args.facts) if args.facts else None
     try:
-        predict.run(
-            probe_paths(Path(args.probes), params.study.devices),
-            list(params.report.reference),
-            Path(args.out),
-            list(models.MODEL_NAMES),
-            images=params.data.train_size or 50_000,
-            batch_size=params.train.batch_size,
-            facts_path=Path(args.facts) if args.facts else None,
-            validation_folders=list(params.predict.validate_on),
-        )
-    except costmodel.CostModelError as err:
+        with tempfile.TemporaryDirectory(prefix="gpuscale-facts-") as scratch:
+            if specs:  # the study's own models: the package's facts and theirs, in one file for the cost model
+                facts_path = with_spec_facts(facts_path or costmodel.FACTS_FILE, specs, Path(scratch))
+            predict.run(
+                probe_paths(Path(args.probes), params.study.devices),
+                list(params.report.reference),
+                Path(args.out),
+                [*specs, *models.MODEL_NAMES],
+                images=params.data.train_size or 50_000,
+                batch_size=params.train.batch_size,
+                facts_path=facts_path,
+                validation_folders=list(params.predict.validate_on),
+            )
+    except (costmodel.CostModelError, model_spec.SpecError) as err:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def with_spec_facts(path: Path, specs: list[str], folder: Path) -> Path:
+    """A copy of the facts file with the spec models' facts added (their cache under results/models, counted
+    there on the first use and after an edit of their file: that imports torch)."""
+    import json
+
+    from gpuscale.models import spec as model_spec
+
+    doc = json.loads(path.read_text()) if path.exists() else {"schema": 1, "models": {}}
+    for name in specs:
+        entry = model_spec.read_facts(name)
+        if entry is None:
+            from gpuscale.models import facts
+
+            entry = facts.spec_facts(name)
+        doc["models"][name] = entry
+    out = folder / "modelfacts.json"
+    out.write_text(json.dumps(doc))
+    return out
 
 
 def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
@@ -103,10 +130,26 @@ def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[
 def one_off(args, params) -> int:
     """`gpuscale predict --model SPEC`: this host's predicted epochs and speedup for one model, in seconds, with
     bands; probes of this lease are taken first where --probes lacks them (gpuscale probe, about a minute each)."""
+    import sys
+    import tempfile
+
+    from gpuscale.commands import UsageError, model_choice
+
+    try:
+        model_choice("--model", args.model)  # a registry name, or a spec that builds and runs on 32x32 images
+    except UsageError as err:
+        print(f"gpuscale predict: error: {err}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gpuscale-facts-") as scratch:
+        return _one_off(args, params, scratch)
+
+
+def _one_off(args, params, scratch: str) -> int:
     import subprocess
     import sys
 
     from gpuscale.measure import envinfo
+    from gpuscale.models import spec as model_spec
     from gpuscale.predict import costmodel, transfer
     from gpuscale.predict import prediction as predict
 
@@ -126,7 +169,10 @@ def one_off(args, params) -> int:
             return 2
         got[device] = folder / f"{device}.json"
     try:
-        facts = costmodel.load_facts(Path(args.facts) if args.facts else None)
+        facts_path = Path(args.facts) if args.facts else None
+        if model_spec.is_spec(args.model):  # the user's own model: its facts (counted once, cached by file hash)
+            facts_path = with_spec_facts(facts_path or costmodel.FACTS_FILE, [args.model], Path(scratch))
+        facts = costmodel.load_facts(facts_path)
         if args.model not in facts:
             print(f"gpuscale predict: error: --model: no facts for {args.model!r}", file=sys.stderr)
             return 2
@@ -141,7 +187,7 @@ def one_off(args, params) -> int:
         rows, _ = predict.host_predictions(
             probes, facts, [args.model], {}, params.data.train_size or 50_000, params.train.batch_size, leases
         )
-    except costmodel.CostModelError as err:
+    except (costmodel.CostModelError, model_spec.SpecError) as err:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
         return 2
     skipped = [

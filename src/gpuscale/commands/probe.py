@@ -49,6 +49,7 @@ def run(args) -> int:
     from gpuscale.commands import load_typed
     from gpuscale.contract.settings import DeviceSpec
     from gpuscale.measure import probe, timinglock
+    from gpuscale.models.spec import SpecError
 
     config = load_typed(args)
     budget = args.seconds or config.predict.probe_seconds
@@ -66,9 +67,18 @@ def run(args) -> int:
             timinglock.hold()
         ):  # a probe times the device: never beside another timing job (gpuscale.measure.timinglock)
             device = DeviceSpec.parse(args.device).per_process  # cpu-ddp2: one process's device, cpu
-            doc = probe.run(device, config.train, budget, threads=args.threads, dataset=dataset)
+            doc = probe.run(
+                device, config.train, budget, threads=args.threads, dataset=dataset, spec_models=spec_models(config)
+            )
         probe.write(args.out, doc)
-    except probe.ProbeError as err:
+    except (probe.ProbeError, SpecError) as err:
         print(f"gpuscale probe: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def spec_models(config) -> tuple[str, ...]:
+    """The study's models named by spec (study.models, then sweeps.models), which the layer table times first."""
+    from gpuscale.models.spec import is_spec
+
+    return tuple(dict.fromkeys(m for m in (*config.study.models, *config.sweeps.models) if is_spec(m)))

@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gpuscale.commands import UsageError, choice, input_folder, load_typed, writable
+from gpuscale.commands import UsageError, choice, input_folder, load_typed, model_choice, writable
 
 log = logging.getLogger("gpuscale")
 
@@ -45,10 +45,9 @@ def errors() -> tuple:
 def check(args) -> None:
     """Every argument and output, before the lock, the data or any training (one line naming what is allowed)."""
     from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
-    from gpuscale.models.registry import MODEL_NAMES
 
     config = load_typed(args)
-    choice("--model", args.model, MODEL_NAMES)
+    model_choice("--model", args.model)
     if not is_device(args.device):
         hint = ""
         if re.fullmatch(r"(cuda|cpu):[0-9]+", args.device):
@@ -73,6 +72,12 @@ def check(args) -> None:
             f"(gpuscale data --out {data}, or snakemake / dvc repro)"
         )
     if args.out:
+        if ":" in args.model and args.model in args.out:  # a spec where its slug belongs: DVC's matrix put it there
+            raise UsageError(
+                f"--out {args.out}: names the model spec {args.model!r} in a path (its folder is "
+                f"{default_out(args).split('/')[2]}); dvc.yaml is older than params.yaml's study.models: run "
+                f"`python -m gpuscale.deps --write dvc.yaml`"
+            )
         writable(args.out, "--out", inputs)
     else:
         writable(default_out(args), "--out (default)", inputs)

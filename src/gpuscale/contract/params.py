@@ -21,6 +21,8 @@ from gpuscale.contract import settings as typed
 from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, schema
 from gpuscale.contract.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
 from gpuscale.contract.yamlcheck import _POSITIONS, _check_keys, _check_node, _Loader
+from gpuscale.models import registry
+from gpuscale.models import spec as model_spec
 from gpuscale.models.registry import MODEL_NAMES
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -202,12 +204,27 @@ def validate(config: dict, source: str = "params.yaml") -> None:
     named += [(("sweeps", "models", i), name, models) for i, name in enumerate(config["sweeps"]["models"])]
     named += [(("sweeps", "variant"), config["sweeps"]["variant"], variants)]
     for key_path, name, (kind, problem, allowed) in named:
+        if kind == "models" and model_spec.is_spec(name):  # a model named by spec: its form, file, function
+            try:
+                registry.check(name)
+            except model_spec.SpecError as err:
+                refuse(key_path, f"{_key_path(key_path)}: {err}")
+            continue
         if name not in allowed:
             close = difflib.get_close_matches(name, allowed, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             words = "allowed" if kind == "models" else "defined"
             what = f"unknown model {name!r}" if kind == "models" else f"{name!r} {problem}"
             refuse(key_path, f"{_key_path(key_path)}: {what}{hint} ({words}: {', '.join(allowed)})")
+    slugs: dict[str, str] = {}
+    for index, name in enumerate(config["study"]["models"]):
+        other = slugs.setdefault(model_spec.slug(name), name)
+        if other != name:
+            refuse(
+                ("study", "models", index),
+                f"study.models.{index}: {name!r} and {other!r} share the folder name {model_spec.slug(name)!r}; "
+                f"rename one file or function",
+            )
     for index, device in enumerate(config["study"]["devices"]):
         if not typed.is_device(device):
             refuse(

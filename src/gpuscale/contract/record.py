@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.contract import conditions, fsutil
+from gpuscale.models import spec as model_spec
 
 DATA_FILES = ("contract/schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
 SCHEMA_VERSION = 4
@@ -252,8 +253,9 @@ def record_path(
     root: str = "results/runs",
     round: int = 1,  # noqa: A002
 ) -> str:
-    """Where a study run's record lies; rounds after the first (study.rounds) get a -roundN suffix."""
-    return f"{root}/{model}/{device}/{variant}-seed{seed}{round_suffix(round)}.json"
+    """Where a study run's record lies; rounds after the first (study.rounds) get a -roundN suffix. A model named by
+    spec lies under its slug (gpuscale.models.spec.slug); the record keeps the spec."""
+    return f"{root}/{model_spec.slug(model)}/{device}/{variant}-seed{seed}{round_suffix(round)}.json"
 
 
 def round_suffix(round_: int) -> str:
@@ -263,7 +265,7 @@ def round_suffix(round_: int) -> str:
 def sweep_record_path(
     model: str, device: str, parameter: str, value: int, variant: str, seed: int, root: str = "results/runs"
 ) -> str:
-    return f"{root}/{model}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
+    return f"{root}/{model_spec.slug(model)}/{device}/{parameter}{value}-{variant}-seed{seed}.json"
 
 
 @functools.cache
@@ -391,7 +393,7 @@ def misplaced(path: Path | str, record: dict) -> str | None:
         return None
     where = parts[len(parts) - 1 - parts[::-1].index("runs") :]
     k = record["key"]
-    expected = ("runs", k["model"], k["device"], expected_name(record))
+    expected = ("runs", model_spec.slug(k["model"]), k["device"], expected_name(record))
     if tuple(where) != expected:
         return (
             f"{path}: its key says {'/'.join(expected)} but it lies at {'/'.join(where)}; "

@@ -30,6 +30,7 @@ from gpuscale.contract import conditions, fsutil
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import envinfo, sentinel
 from gpuscale.models import nets
+from gpuscale.models import registry as models
 
 log = logging.getLogger("gpuscale.probe")
 
@@ -265,7 +266,6 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
     """Every distinct leaf-layer call of the registry's models (nets.layer_calls) timed forward + backward at
     `batch`, the models in registry order until `seconds` are spent; per model, the sum over its calls, per image.
     A model whose calls were not all timed in time is left out (the cost model falls back to its rates by kind)."""
-    from gpuscale.models import registry as models
 
     start = time.perf_counter()
     timed: dict[str, dict] = {}
@@ -276,7 +276,7 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
             skipped.append(name)
             continue
         torch.manual_seed(0)
-        calls, protos = nets.layer_calls(models.MODELS[name].build(10))
+        calls, protos = nets.layer_calls(models.build(name, 10))
         for key, call in protos.items():
             if key not in timed:
                 per_call, count = _timed(_layer_step(call, device, batch), device, TABLE_SECONDS_PER_LAYER, 50)
@@ -382,12 +382,14 @@ def run(
     threads: int | None = None,
     quick: bool = False,
     dataset=None,
+    spec_models: tuple[str, ...] = (),
 ) -> dict:
     """Measure `device_slug` within about `budget_seconds`; returns the probe record.
 
     quick: the rate check before a study (one dense convolution, the step costs, the input pipeline);
     every other kind then runs at the dense rate in the cost model. dataset: the prepared dataset training reads
-    (inputs.data.load_prepared); its input pipeline is then timed on it, not on synthetic images."""
+    (inputs.data.load_prepared); its input pipeline is then timed on it, not on synthetic images. spec_models: the
+    study's models named by spec, timed first in the layer table."""
     from gpuscale.measure import train as train_mod
 
     train = TrainSettings.of(train_settings)
@@ -425,7 +427,7 @@ def run(
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
         doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
-        _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick, dataset)
+        _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick, dataset, spec_models)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
     return doc
@@ -439,11 +441,18 @@ def _not_measured(doc: dict, device_slug: str, reason: str) -> None:
 
 
 def _measure_witnessed(
-    doc: dict, device, device_slug: str, train: TrainSettings, budget: float, quick: bool, dataset=None
+    doc: dict,
+    device,
+    device_slug: str,
+    train: TrainSettings,
+    budget: float,
+    quick: bool,
+    dataset=None,
+    spec_models: tuple = (),
 ) -> None:
     """_measure between two sentinels (gpuscale.measure.sentinel): the probe's lease and whether the machine drifted."""
     before = sentinel.measure(train, device)
-    _measure(doc, device, device_slug, train, budget, quick, dataset)
+    _measure(doc, device, device_slug, train, budget, quick, dataset, spec_models)
     after = sentinel.measure(train, device)
     doc["conditions"] = conditions.conditions(doc["environment"].get("boot_id"), before, after)
     drifted = conditions.drift_line(doc["conditions"])
@@ -452,7 +461,14 @@ def _measure_witnessed(
 
 
 def _measure(
-    doc: dict, device, device_slug: str, train: TrainSettings, budget_seconds: float, quick: bool, dataset=None
+    doc: dict,
+    device,
+    device_slug: str,
+    train: TrainSettings,
+    budget_seconds: float,
+    quick: bool,
+    dataset=None,
+    spec_models=(),
 ) -> None:
     """The probe's parts, in order, each within its share of the budget, into `doc`."""
     batch = train.batch_size
@@ -484,7 +500,8 @@ def _measure(
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
     if not quick and device.type == "cpu":  # a GPU's isolated layers are launch-bound: see costmodel.from_probe
-        table = layer_table(device, min(batch, TABLE_BATCH_CPU), budget_seconds * SHARES["layer_table"])
+        names = [*spec_models, *models.MODEL_NAMES] if spec_models else None  # the study's own models first
+        table = layer_table(device, min(batch, TABLE_BATCH_CPU), budget_seconds * SHARES["layer_table"], names)
         doc["layer_table"] = table
         log.info(
             "probe %s: layer table, %d distinct layer calls of %d models in %.1f s (not timed: %s)",

@@ -29,8 +29,7 @@ from gpuscale.contract.settings import DeviceSpec, RunSettings, TrainSettings
 from gpuscale.inputs import data as data_stage
 from gpuscale.measure import energy, envinfo, eta, loaders, sentinel, timinglock, variants
 from gpuscale.measure.epoch import evaluate, profile_phases, summarize_timing, synchronize, train_epoch
-from gpuscale.models import nets
-from gpuscale.models.registry import MODELS
+from gpuscale.models import nets, registry
 
 log = logging.getLogger("gpuscale.train")
 
@@ -99,7 +98,7 @@ def set_determinism(seed: int, deterministic: bool) -> None:
 def model_info(name: str, model: nn.Module) -> dict:
     return {
         "name": name,
-        "description": MODELS[name].description,
+        "description": registry.description(name),
         "parameters": nets.parameter_count(model),
         **nets.flops_per_image(model),
     }
@@ -223,7 +222,7 @@ def _run(
     run_ctx = prepare_context(run, out, threads, resume, ctx)
     run_ctx.round = round_
     dataset, manifest, manifest_sha256 = data_stage.load_prepared(data_dir)
-    model = MODELS[run_ctx.run.model].build(len(dataset.classes))
+    model = registry.build(run_ctx.run.model, len(dataset.classes))
     base = base_record(run_ctx, label, model, manifest, manifest_sha256)
     if manifest["synthetic"]:
         log.warning("training on SYNTHETIC data: timings are real, accuracies say nothing about CIFAR-10")

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from gpuscale.models import nets
+from gpuscale.models import nets, specbuild
 from gpuscale.models import registry as models
+from gpuscale.models import spec as model_spec
 
 FACTS_NOTES = (
     "Per registry model, for 10 classes and 32x32x3 images, counted on the CPU by gpuscale.models.nets.training_cost "
@@ -34,7 +35,7 @@ def model_facts(names: list[str] | None = None) -> dict:
     """The facts file's content: {"schema": 1, "models": {name: {...}}} for `names` (default: the registry)."""
     facts = {}
     for name in names or list(models.MODEL_NAMES):
-        spec = models.MODELS[name]
+        spec = models.get(name)
         torch.manual_seed(0)
         model = spec.build(10)
         cost = nets.training_cost(model)
@@ -50,6 +51,24 @@ def model_facts(names: list[str] | None = None) -> dict:
             "ops_per_step": cost["ops_per_step"],
         }
     return {"schema": 1, "notes": FACTS_NOTES, "models": facts}
+
+
+def spec_facts(name: str, folder: Path | str | None = model_spec.FACTS_FOLDER) -> dict:
+    """One model's facts entry, for a model named by spec: read from its cache file in `folder` where the spec and
+    its source files' sha256 match, else built (gpuscale.models.specbuild.preflight first, so a bad model says why in
+    one line), counted and, with a folder, written there. Never into the shipped modelfacts.json."""
+    cached = model_spec.read_facts(name, folder) if folder is not None else None
+    if cached is not None:
+        return cached
+    specbuild.preflight(name)
+    entry = model_facts([name])["models"][name]
+    if folder is not None:
+        path = model_spec.facts_path(name, folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(model_spec.facts_document(name, entry), indent=1) + "\n")
+        partial.replace(path)
+    return entry
 
 
 def write_facts(path: Path | None = None) -> Path:

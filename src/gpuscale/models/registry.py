@@ -1,15 +1,20 @@
 """The model registry: names, what each is, and how to build it for 10 classes.
 
 Torch-free at import (the Snakefile and params validation read the names); building imports torch.
-Adding a model is one entry in MODELS.
+Adding a model is one entry in MODELS. Every lookup (`get`, `build`, `description`) also takes a model named by
+spec (`torchvision:<builder>`, `timm:<name>`, `package.module:function`, `path/to/file.py:function`;
+gpuscale.models.spec): the one door through which training, the probe, the facts and the estimate find a model.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuscale.models import spec as model_spec
 
 
 @dataclass(frozen=True)
@@ -174,8 +179,43 @@ MODELS: dict[str, ModelSpec] = {
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 
 
+def is_registered(name: str) -> bool:
+    return name in MODELS
+
+
+def get(name: str) -> ModelSpec:
+    """The registry's entry, or for a spec an entry that builds it (family "custom")."""
+    if name in MODELS:
+        return MODELS[name]
+    model_spec.parse(name)  # SpecError: the form is wrong
+    return ModelSpec(name, model_spec.description(name), "custom", lambda n: _build_spec(name, n))
+
+
+def _build_spec(name: str, num_classes: int):
+    from gpuscale.models import specbuild
+
+    return specbuild.build(name, num_classes)
+
+
 def build(name: str, num_classes: int = 10):
-    return MODELS[name].build(num_classes)
+    return get(name).build(num_classes)
+
+
+def description(name: str) -> str:
+    return get(name).description
+
+
+def check(name: str) -> None:
+    """Torch-free: a registry name, or a spec whose form, file, module and function are there (SpecError)."""
+    if model_spec.is_spec(name):
+        model_spec.check(name)
+    elif name not in MODELS:
+        close = difflib.get_close_matches(name, MODEL_NAMES, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise model_spec.SpecError(
+            f"unknown model {name!r} ({hint}allowed: a registry name ({', '.join(MODEL_NAMES)}) or a spec: "
+            f"{model_spec.FORMS})"
+        )
 
 
 FACTS_PATH = Path(__file__).with_name("modelfacts.json")

@@ -72,8 +72,22 @@ def model_facts(names: set[str]) -> dict[str, cm.ModelFacts]:
     if missing:  # counted on the model: a few seconds per model, torch
         from gpuscale.models import nets
         from gpuscale.models import registry as models
+        from gpuscale.models import spec as model_spec
+        from gpuscale.models.facts import spec_facts
 
         for name in missing:
+            if model_spec.is_spec(name):  # the study's own model: its cached facts (kinds and layers included)
+                entry = spec_facts(name)
+                facts[name] = cm.ModelFacts(
+                    name,
+                    int(entry["parameters"]),
+                    float(entry["train_flops_per_image"]),
+                    flops_by_kind=entry["flops_by_kind"],
+                    layers=entry["layers"],
+                    family=entry["family"],
+                    ops_per_step=entry["ops_per_step"],
+                )
+                continue
             model = models.build(name)
             layers = sum(
                 1 for m in model.modules() if not list(m.children()) and any(True for _ in m.parameters(False))

@@ -4,13 +4,14 @@ left out of the page without them."""
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.predict import costmodel
+from gpuscale.predict import checks, costmodel
 from gpuscale.predict import prediction as predict
 from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
@@ -30,6 +31,10 @@ column says <em>measured</em>.</p>
 </details>{% else %}<p>No probe records of this host: the predict preset (<code>snakemake --cores 2 --configfile
 config/predict.yaml</code>) predicts each model here in a few minutes. The checks below use the probes the study
 folders ship.</p>{% endif %}
+{% if prediction.transfer %}<h3>A lease never measured</h3>
+<p>A machine lease has its own pace, so each lease is predicted from its own probes, with the other leases' records
+setting only each model's shape (docs/prediction.md): the check a new user's machine faces.</p>
+{{ data_table(prediction.transfer, pin_first=True) }}{% endif %}
 {% if prediction.verdicts.targets %}<h3>How good are the predictions?</h3>
 {% for v in prediction.verdicts.targets %}<p>{{ v }}</p>{% endfor %}
 {% if prediction.speedup_checks %}{{ data_table(prediction.speedup_checks, pin_first=True) }}{% endif %}
@@ -59,7 +64,7 @@ often)</li></ul>{% endif %}
 
 
 def context(page: Page) -> dict | None:
-    section = prediction_section(page.pred)
+    section = prediction_section(page.pred, page.tables.get("runs"))
     return None if section is None else {"prediction": section}
 
 
@@ -79,14 +84,42 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
 
 
-def predicted_host_table(pred: dict) -> dict | None:
-    """This host's predicted epochs and speedups per registry model, beside each reference study's measurements."""
+def measured_here(runs: pl.DataFrame | None) -> dict[str, dict]:
+    """This study's own measured epochs (paper variant, no sweeps) per model, for the prediction beside them:
+    {model: {"this study: cpu_epoch_seconds": s, ..., "train_flops_per_image": f}}; the steady median where a
+    run has steady epochs, else its mean epoch (a one-epoch check)."""
+    if runs is None or runs.is_empty():
+        return {}
+    mine = runs.filter(
+        (pl.col("source") == "this host")
+        & (pl.col("status") == "measured")
+        & (pl.col("variant") == "paper")
+        & pl.col("sweep_parameter").is_null()
+    )
+    out: dict[str, dict] = {}
+    for r in mine.to_dicts():
+        side = "cpu" if r["device"] == "cpu" else "gpu"
+        seconds = r["steady_epoch_seconds_median"] or r["epoch_seconds_mean"]
+        row = out.setdefault(r["model"], {"train_flops_per_image": r["train_flops_per_image"]})
+        row.setdefault(f"this study: {side}_epoch_seconds", []).append(seconds)
+    return {
+        model: {k: (statistics.median(v) if isinstance(v, list) else v) for k, v in row.items()}
+        for model, row in out.items()
+    }
+
+
+def predicted_host_table(pred: dict, runs: pl.DataFrame | None = None) -> dict | None:
+    """This host's predicted epochs and speedups per model (the registry's and the study's own), beside what this
+    study measured and each reference study's measurements."""
     flops = {name: f.train_flops_per_image for name, f in costmodel.load_facts().items()}
+    here = measured_here(runs)
     rows = [
-        {**r, "train_flops_per_image": flops.get(r["model"])}
+        {**r, **here.get(r["model"], {}), "train_flops_per_image": flops.get(r["model"])}
         for r in pred["beside"]
         if any(k.startswith("predicted_") for k in r)
     ]
+    for r in rows:
+        r["train_flops_per_image"] = r["train_flops_per_image"] or here.get(r["model"], {}).get("train_flops_per_image")
     if not rows:
         return None
     rows.sort(key=lambda r: (r["train_flops_per_image"] is None, r["train_flops_per_image"] or 0, r["model"]))
@@ -98,15 +131,45 @@ def predicted_host_table(pred: dict) -> dict | None:
         "predicted_speedup",
     ]
     band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
-    measured = sorted({k for r in rows for k in r if ": " in k})
+    measured = sorted({k for r in rows for k in r if ": " in k}, key=lambda k: (not k.startswith("this study"), k))
     frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
     columns = [c for c in first + band + measured if c in frame.columns and not frame[c].is_null().all()]
     return table(
         "predicted_host",
-        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what the reference "
-        "studies measured on theirs",
+        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what this study "
+        "measured (its own models included) and what the reference studies measured on theirs",
         frame,
         columns,
+    )
+
+
+def transfer_table(pred: dict) -> dict | None:
+    """Leave one lease out (predict/transfer.py): per device and lease, each lease predicted from its own probes
+    and the other leases' records only."""
+    rows = pred.get("transfer_summary") or []
+    if not rows:
+        return None
+    frame = _frame(
+        [
+            {
+                "device": r["device"],
+                "lease": Path(r["lease"]).name,
+                "models": r["models"],
+                "median_abs_error_percent": r["median_abs_error_percent"],
+                "worst_abs_error_percent": r["worst_abs_error_percent"],
+                "worst_model": r["worst_model"],
+                "inside_band_percent": r["coverage_percent"],
+            }
+            for r in rows
+        ]
+    )
+    return table(
+        "transfer",
+        f"Each machine lease PREDICTED from its own probes and the other leases' records only (leave one lease out; "
+        f"targets for the speedup: median at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%, "
+        "the measured value inside the 90% band at least 80% of the time)",
+        frame,
+        list(frame.columns),
     )
 
 
@@ -306,18 +369,19 @@ def paper_verdicts(pred: dict) -> dict[str, list[str]]:
     return {"main": main, "rates": out}
 
 
-def prediction_section(pred: dict | None) -> dict | None:
+def prediction_section(pred: dict | None, runs: pl.DataFrame | None = None) -> dict | None:
     """Everything the 'Predicted before measuring' section shows; None without the predict stage's tables."""
     if pred is None:
         return None
     return {
-        "host": predicted_host_table(pred),
+        "host": predicted_host_table(pred, runs),
+        "transfer": transfer_table(pred),
         "summary": validation_summary_table(pred),
         "speedup_checks": speedup_checks_table(pred),
         "verdicts": validation_verdicts(pred),
         "targets": f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%",
         "worst_target": f"{WORST_TARGET:.0f}%",
-        "floor_draws": f"{costmodel.FLOOR_DRAWS:,}",
+        "floor_draws": f"{checks.FLOOR_DRAWS:,}",
         "check_key": {
             check: meaning
             for check, meaning in words.CHECK_KEY.items()

@@ -1,0 +1,203 @@
+"""A model named by spec instead of a registry name: `torchvision:<builder>`, `timm:<name>`,
+`package.module:function`, `path/to/file.py:function`.
+
+Torch-free (params validation, the run record's paths and the Snakefile import it): the spec's form, the file, the
+module, the function, read from the source without running it. gpuscale.models.specbuild builds and pre-flights
+a spec (torch, and the user's code). Each failure is a SpecError whose str() is one line: what is wrong, the fix.
+A spec's name in file paths is `slug(spec)` (results/runs/<slug>/...); the record keeps the full spec.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("torchvision", "timm", "module", "file")
+TIMM_INSTALL = "make timm (pip install -r requirements/timm.txt, or pip install 'gpuscale[timm]')"
+FORMS = "torchvision:<builder>, timm:<name>, package.module:function or path/to/file.py:function"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_MODULE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
+_FUNCTION = re.compile(rf"^{_IDENT}$")
+IMAGE_SHAPE = (3, 32, 32)
+NUM_CLASSES = 10
+
+
+class SpecError(ValueError):
+    """A model spec that cannot be used; str() is the one line shown to the user."""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed spec: kind (torchvision, timm, module, file), target (the builder, timm name, module or file
+    path) and function (module and file only)."""
+
+    text: str
+    kind: str
+    target: str
+    function: str | None = None
+
+
+def is_spec(name: str) -> bool:
+    """A registry name has no colon; every spec has one."""
+    return ":" in name
+
+
+def parse(text: str) -> ModelRef:
+    """The spec's form (no file or module is looked at)."""
+    head, sep, tail = text.rpartition(":")
+    if not sep or not head or not tail:
+        raise SpecError(f"model spec {text!r} is malformed (allowed: {FORMS})")
+    if head in ("torchvision", "timm"):
+        if not _NAME.match(tail):
+            raise SpecError(f"model spec {text!r}: {tail!r} is not a {head} model name")
+        return ModelRef(text, head, tail)
+    if not _FUNCTION.match(tail):
+        raise SpecError(f"model spec {text!r}: {tail!r} is not a Python function name")
+    if head.endswith(".py"):
+        return ModelRef(text, "file", head, tail)
+    if _MODULE.match(head):
+        return ModelRef(text, "module", head, tail)
+    raise SpecError(f"model spec {text!r}: {head!r} is neither a .py file nor a dotted module name (allowed: {FORMS})")
+
+
+def slug(name: str) -> str:
+    """The model's name in file paths and Snakemake wildcards: a registry name as it is; a spec with every run of
+    characters other than letters, digits and _ made one '-' (examples/mynet.py:build -> examples-mynet-py-build)."""
+    if not is_spec(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_]+", "-", name).strip("-")
+
+
+def files(name: str, root: Path | str = ".") -> list[str]:
+    """The user's source files a model depends on, as paths relative to `root` where they lie under it: a file
+    spec's file; a module spec's module file where it lies under root (an installed package is not followed).
+    [] for registry names, torchvision and timm."""
+    if not is_spec(name):
+        return []
+    ref = parse(name)
+    if ref.kind == "file":
+        return [ref.target]
+    if ref.kind == "module":
+        origin = _module_origin(ref.target)
+        if origin is not None:
+            try:
+                return [Path(origin).resolve().relative_to(Path(root).resolve()).as_posix()]
+            except ValueError:
+                return []
+    return []
+
+
+def file_sha256(name: str) -> str | None:
+    """sha256 of the user's source files (None for a model without any): the key of its cached facts."""
+    paths = files(name)
+    if not paths:
+        return None
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def _module_origin(module: str) -> str | None:
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return found.origin if found is not None and found.origin not in (None, "built-in", "frozen") else None
+
+
+def _defines(source: str, function: str) -> bool:
+    """Whether a module's source defines `function` at its top level (def, class, assignment or import)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == function for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) in (function, "*") for a in node.names
+        ):
+            return True  # `from x import *` may define it: checked when built
+    return False
+
+
+def check(name: str) -> None:
+    """Torch-free: the spec's form, its file exists (or its module can be found) and defines the function. A
+    torchvision builder and a timm name are checked when built (that needs torch): `preflight`."""
+    ref = parse(name)
+    if ref.kind == "file":
+        path = Path(ref.target)
+        if not path.is_file():
+            raise SpecError(f"model spec {name!r}: no file {ref.target} (a path relative to the project folder)")
+        source = path.read_text()
+        where = ref.target
+    elif ref.kind == "module":
+        try:
+            found = importlib.util.find_spec(ref.target)
+        except (ImportError, ValueError) as err:
+            found, reason = None, f" ({err})"
+        else:
+            reason = ""
+        if found is None:
+            raise SpecError(
+                f"model spec {name!r}: module {ref.target} is not importable{reason}; install its package, or put "
+                f"its folder on PYTHONPATH"
+            )
+        if not found.origin or not found.origin.endswith(".py"):
+            return  # a compiled or namespace module: checked when built
+        source = Path(found.origin).read_text()
+        where = f"module {ref.target}"
+    else:
+        return
+    try:
+        defined = _defines(source, ref.function)
+    except SyntaxError as err:
+        raise SpecError(f"model spec {name!r}: {where} does not parse (line {err.lineno}: {err.msg})") from None
+    if not defined:
+        raise SpecError(
+            f"model spec {name!r}: {where} defines no {ref.function}; name a function that returns the model"
+        )
+
+
+# ----------------------------------------------------------------------------- facts, cached (torch-free reading)
+
+FACTS_FOLDER = "results/models"  # <slug>.json: a spec model's facts, keyed by the spec and its files' sha256
+
+
+def facts_path(name: str, folder: Path | str = FACTS_FOLDER) -> Path:
+    return Path(folder) / f"{slug(name)}.json"
+
+
+def facts_document(name: str, entry: dict) -> dict:
+    return {"schema": 1, "spec": name, "files": files(name), "sha256": file_sha256(name), "facts": entry}
+
+
+def read_facts(name: str, folder: Path | str = FACTS_FOLDER) -> dict | None:
+    """The cached facts entry of a spec model (parameters, train_flops_per_image, flops_by_kind, layers, ...; as
+    modelfacts.json has them), or None where there is none or its spec or source files changed since."""
+    import json
+
+    path = facts_path(name, folder)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("spec") != name or doc.get("schema") != 1:
+        return None
+    try:
+        current = file_sha256(name)
+    except OSError:
+        return None
+    return doc.get("facts") if doc.get("sha256") == current else None
+
+
+def description(name: str) -> str:
+    ref = parse(name)
+    if ref.kind in ("torchvision", "timm"):
+        return f"{ref.kind} {ref.target}, untrained, {NUM_CLASSES} classes (a model named by spec)"
+    return f"{ref.function}() of {ref.target} (a model named by spec)"

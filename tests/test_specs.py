@@ -1,0 +1,313 @@
+"""Models named by spec (gpuscale.models.spec): each form builds a 10-class model through the registry's door, each
+bad spec ends in one line and exit 2, and the user's file is an input of that model's jobs only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TINY, copy_project, run, write_yaml
+
+from gpuscale import cli
+from gpuscale.contract import params, record
+from gpuscale.models import registry, spec, specbuild
+
+NET = """
+from torch import nn
+
+
+def build(num_classes=10):
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(4, num_classes))
+
+
+def fixed():  # no num_classes: 10 outputs
+    return build(10)
+
+
+def raises():
+    raise RuntimeError("no weights here")
+
+
+def not_a_module():
+    return 42
+
+
+def too_few_outputs():
+    return build(3)
+
+
+def fails_on_32():
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 10))
+"""
+
+
+@pytest.fixture
+def netfile(tmp_path) -> Path:
+    path = tmp_path / "tinynet.py"
+    path.write_text(NET)
+    return path
+
+
+@pytest.fixture
+def netpackage(tmp_path, monkeypatch) -> str:
+    package = tmp_path / "pkgroot" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(NET)
+    monkeypatch.syspath_prepend(str(package.parent))
+    return "mypkg.nets"
+
+
+def test_each_spec_form_builds_a_ten_class_network_through_the_registry(netfile, netpackage):
+    import torch
+
+    for name in (
+        "torchvision:squeezenet1_0",
+        f"{netpackage}:build",
+        f"{netfile}:build",
+        f"{netfile}:fixed",
+    ):
+        registry.check(name)
+        model = specbuild.preflight(name)
+        assert registry.get(name).family == "custom"
+        out = registry.build(name)(torch.randn(2, 3, 32, 32))
+        assert out.shape == (2, 10), name
+        assert isinstance(model, torch.nn.Module)
+    assert registry.build("simplecnn") is not None  # registry names keep working
+
+
+def test_a_spec_s_folder_name_is_a_safe_slug_and_its_record_keeps_the_spec():
+    assert spec.slug("simplecnn") == "simplecnn"
+    assert spec.slug("examples/mynet.py:build") == "examples-mynet-py-build"
+    assert spec.slug("torchvision:mobilenet_v3_small") == "torchvision-mobilenet_v3_small"
+    assert params.record_path("examples/mynet.py:build", "cpu", "paper", 0) == (
+        "results/runs/examples-mynet-py-build/cpu/paper-seed0.json"
+    )
+    assert spec.files("examples/mynet.py:build") == ["examples/mynet.py"]
+    assert spec.files("torchvision:resnet18") == spec.files("simplecnn") == []
+
+
+def test_timm_builds_or_says_in_one_line_how_to_install_it():
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        with pytest.raises(
+            spec.SpecError, match=r"timm is not installed; make timm \(pip install -r requirements/timm.txt"
+        ):
+            specbuild.preflight("timm:resnet18")
+        return
+    assert specbuild.preflight("timm:resnet18") is not None
+    with pytest.raises(spec.SpecError, match="timm has no model 'resnet19'; did you mean"):
+        specbuild.preflight("timm:resnet19")
+
+
+def _validate(tmp_path, models: list[str], capsys) -> tuple[int, str]:
+    overlay = write_yaml(tmp_path / "overlay.yaml", {**TINY, "study": {**TINY["study"], "models": models}})
+    code = cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)])
+    return code, capsys.readouterr().err
+
+
+BAD = {
+    "unknown builder": ("torchvision:resnt18", "torchvision has no classification builder 'resnt18'; did you mean"),
+    "module not importable": ("nosuchpkg.nets:build", "module nosuchpkg.nets is not importable"),
+    "function missing": ("{file}:nope", "defines no nope; name a function that returns the model"),
+    "function raises": ("{file}:raises", "raises() raised RuntimeError: no weights here"),
+    "not a module": ("{file}:not_a_module", "not_a_module() returned int, not a torch.nn.Module"),
+    "fails on 32x32": ("{file}:fails_on_32", "fails on a batch of 32x32 images: RuntimeError"),
+    "wrong outputs": ("{file}:too_few_outputs", "gives shape (2, 3) for 2 images, not (2, 10)"),
+    "missing file": ("{missing}:build", "no file"),
+    "malformed": ("examples/mynet:build", "is neither a .py file nor a dotted module name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_spec_ends_in_one_line_and_exit_2(case, netfile, tmp_path, capsys):
+    name, expected = BAD[case]
+    name = name.format(file=netfile, missing=tmp_path / "missing.py")
+    code, err = _validate(tmp_path, ["simplecnn", name], capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "study.models.1" in err and expected in err, err
+
+
+def test_a_bad_spec_is_refused_by_train_before_any_timing(netfile, tmp_path, capsys, prepared):
+    code = cli.main(["train", "--model", f"{netfile}:too_few_outputs", "--device", "cpu", "--data", str(prepared),
+                     "--out", str(tmp_path / "r.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--model: model spec" in err and "not (2, 10)" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_params_validation_is_torch_free_and_names_the_key(tmp_path, netfile):
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", f"{netfile}:build"]
+    params.validate(config)
+    config["study"]["models"] = ["simplecnn", f"{netfile}:nope"]
+    with pytest.raises(params.ParamsError, match=r"study\.models\.1: model spec .* defines no nope"):
+        params.validate(config)
+
+
+def test_a_spec_s_facts_are_counted_once_and_again_after_an_edit(netfile, tmp_path):
+    from gpuscale.models import facts
+
+    name, folder = f"{netfile}:build", tmp_path / "facts"
+    first = facts.spec_facts(name, folder)
+    assert first["parameters"] == 3 * 4 * 9 + 4 + 4 * 10 + 10 and first["train_flops_per_image"] > 0
+    doc = json.loads(spec.facts_path(name, folder).read_text())
+    assert doc["spec"] == name and doc["sha256"] == spec.file_sha256(name)
+    assert spec.read_facts(name, folder) == first
+    netfile.write_text(NET.replace("nn.Conv2d(3, 4, 3, padding=1)", "nn.Conv2d(3, 4, 3, padding=1, bias=False)"))
+    assert spec.read_facts(name, folder) is None  # stale: the file changed
+    assert facts.spec_facts(name, folder)["parameters"] == first["parameters"] - 4
+    assert json.loads((REPO / "src/gpuscale/models/modelfacts.json").read_text())["models"].keys() == set(
+        registry.MODEL_NAMES
+    )
+
+
+def test_the_probe_s_layer_table_times_a_spec_model(netfile):
+    import torch
+
+    from gpuscale.measure import probe
+
+    name = f"{netfile}:build"
+    table = probe.layer_table(torch.device("cpu"), 4, 30.0, names=[name])
+    assert table["models"][name]["layer_calls"] > 0 and table["models_not_timed"] == []
+
+
+def test_train_records_the_spec_under_its_slug(prepared, tmp_path, capsys, monkeypatch):
+    example = tmp_path / "examples" / "mynet.py"
+    example.parent.mkdir()
+    shutil.copy(REPO / "examples/mynet.py", example)
+    monkeypatch.chdir(tmp_path)
+    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "train": {**TINY["train"], "epochs": 1}})
+    name = "examples/mynet.py:build"
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--params", str(overlay), "--model", name,
+                     "--device", "cpu", "--data", str(prepared), "--threads", "1"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    doc = record.load(tmp_path / "results/runs/examples-mynet-py-build/cpu/paper-seed0.json")
+    assert doc["model"]["name"] == name and doc["key"]["model"] == name
+    assert doc["model"]["parameters"] == 20138
+
+
+DAG_INPUTS = """
+import asyncio, json
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import DAGSettings, OutputSettings, ResourceSettings, StorageSettings
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings(),
+                      snakefile=Path("Snakefile"), workdir=Path("."))
+    dag_api = wf.dag(dag_settings=DAGSettings())
+    workflow = dag_api.workflow_api._workflow
+    workflow.dag_settings = dag_api.dag_settings
+    workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+    built = workflow._build_dag()
+    if asyncio.iscoroutine(built):
+        asyncio.run(built)
+    print("JOBS " + json.dumps({o: sorted(map(str, job.input)) for job in workflow.dag.jobs for o in job.output}))
+"""
+
+
+def _job_inputs(repo: Path) -> dict[str, set[str]]:
+    """Every job's output -> its input files, from the DAG Snakemake builds (nothing runs)."""
+    done = run([sys.executable, "-c", DAG_INPUTS], repo)
+    line = next(line for line in done.stdout.splitlines() if line.startswith("JOBS "))
+    return {output: set(inputs) for output, inputs in json.loads(line[len("JOBS ") :]).items()}
+
+
+@pytest.mark.e2e
+def test_snakemake_makes_the_user_s_file_an_input_of_that_model_s_jobs_only(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    (repo / "examples/other.py").write_text(textwrap.dedent(NET))
+    config = params.deep_merge(yaml.safe_load((repo / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", "examples/mynet.py:build", "examples/other.py:build"]
+    write_yaml(repo / "params.yaml", config)
+    jobs = _job_inputs(repo)
+    mine = jobs["results/runs/examples-mynet-py-build/cpu/paper-seed0.json"]
+    other = jobs["results/runs/examples-other-py-build/cpu/paper-seed0.json"]
+    registry_model = jobs["results/runs/simplecnn/cpu/paper-seed0.json"]
+    assert "examples/mynet.py" in mine and "examples/other.py" not in mine
+    assert "examples/other.py" in other and "examples/mynet.py" not in other
+    assert not {"examples/mynet.py", "examples/other.py"} & registry_model
+    assert {"examples/mynet.py", "examples/other.py"} <= jobs["results/probe/cpu.json"]
+
+
+# ----------------------------------------------------------------------------- DVC: a spec model's own stages
+
+SPEC_STUDY = {"study.models": ["simplecnn", "examples/mynet.py:build"], "sweeps.models": ["examples/mynet.py:build"]}
+
+
+def test_dvc_yaml_gives_a_spec_model_stages_under_its_slug_and_takes_them_back():
+    from gpuscale import deps
+
+    text = (REPO / "dvc.yaml").read_text()
+    written = deps.render_dvc(text, SPEC_STUDY, REPO)
+    stages = yaml.safe_load(written)["stages"]
+    assert stages["train"]["matrix"]["model"] == ["simplecnn"]  # the registry names; their stage names unchanged
+    assert stages["sweep_threads"]["matrix"]["model"] == []
+    mine = stages["train-examples-mynet-py-build"]
+    assert "model" not in mine["matrix"]
+    assert "--model examples/mynet.py:build " in mine["cmd"] and "${item.model}" not in mine["cmd"]
+    assert mine["outs"] == ["results/runs/examples-mynet-py-build/${item.device}/${item.variant}-seed${item.seed}.json"]
+    assert "examples/mynet.py" in mine["deps"] and "examples/mynet.py" not in stages["train"]["deps"]
+    assert "models" in mine["params"]  # DVC splits keys at '.': the spec cannot be named, the section is
+    assert "examples/mynet.py" in stages["sweep_batch-examples-mynet-py-build"]["deps"]
+    assert "examples/mynet.py" in stages["probe"]["deps"] and "examples/mynet.py" in stages["predict"]["deps"]
+    assert "examples/mynet.py" not in stages["aggregate"]["deps"]
+    assert deps.render_dvc(written, SPEC_STUDY, REPO) == written  # --write twice changes nothing
+    assert deps.render_dvc(written, {}, REPO) == text  # the spec gone from params.yaml: dvc.yaml as before
+
+
+def test_train_refuses_a_record_path_that_names_the_spec_as_a_stale_dvc_yaml_would(prepared, tmp_path, capsys):
+    out = tmp_path / "results/runs/examples/mynet.py:build/cpu/paper-seed0.json"
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--model", "examples/mynet.py:build",
+                     "--device", "cpu", "--data", str(prepared), "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "python -m gpuscale.deps --write dvc.yaml" in err and "examples-mynet-py-build" in err
+    assert not out.exists()
+
+
+@pytest.mark.e2e
+def test_dvc_reruns_only_the_spec_model_s_training_after_an_edit_to_its_file(tmp_path):
+    """dvc.yaml written for a study with a spec: `dvc repro` of the trains, then an edit to the user's file changes
+    that model's train stage (and the probe and predict, which read every model) and not the registry model's."""
+    repo = copy_project(tmp_path / "repo", git=True)
+    config = params.deep_merge(yaml.safe_load((repo / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["simplecnn", "examples/mynet.py:build"]
+    config["train"]["epochs"] = 1
+    write_yaml(repo / "params.yaml", config)
+    run([sys.executable, "-m", "gpuscale.deps", "--write", "dvc.yaml"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "spec"], repo)
+    trains = ["train@simplecnn-cpu-paper-0", "train-examples-mynet-py-build@cpu-paper-0"]
+    run(["dvc", "repro", *trains], repo)
+    doc = record.load(repo / "results/runs/examples-mynet-py-build/cpu/paper-seed0.json")
+    assert doc["model"]["name"] == "examples/mynet.py:build"
+    assert (repo / "results/runs/simplecnn/cpu/paper-seed0.json").is_file()
+
+    with (repo / "examples/mynet.py").open("a") as fh:
+        fh.write("# an edit to the user's model\n")
+    changed = set(json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}")) - {"host"}
+    assert changed & set(trains) == {trains[1]}, changed  # the registry model's training stays cached
+    assert {"probe@cpu", "predict"} <= changed
+    out = run(["dvc", "repro", *trains], repo).stdout
+    assert f"Running stage '{trains[1]}'" in out and f"Running stage '{trains[0]}'" not in out, out
+
+
+def test_gpuscale_models_lists_the_study_s_models_named_by_spec(tmp_path, monkeypatch):
+    import argparse
+
+    from gpuscale.commands import models as models_command
+
+    monkeypatch.chdir(REPO)
+    overlay = write_yaml(tmp_path / "o.yaml", {"study": {"models": ["simplecnn", "examples/mynet.py:build"]}})
+    args = argparse.Namespace(params=[str(REPO / "params.yaml"), str(overlay)])
+    assert models_command.spec_models(args) == ["examples/mynet.py:build"]
+    assert models_command.spec_models(argparse.Namespace(params=[str(REPO / "params.yaml")])) == []
