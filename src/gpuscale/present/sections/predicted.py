@@ -153,7 +153,7 @@ def transfer_table(pred: dict) -> dict | None:
         [
             {
                 "device": r["device"],
-                "lease": Path(r["lease"]).name,
+                "held_out": Path(r["lease"]).name,
                 "models": r["models"],
                 "median_abs_error_percent": r["median_abs_error_percent"],
                 "worst_abs_error_percent": r["worst_abs_error_percent"],
