@@ -7,14 +7,7 @@ import polars as pl
 
 from gpuscale.analyze import analysis
 from gpuscale.analyze.speedup import UNKNOWN_LEASE
-from gpuscale.analyze.tables import (
-    FIT_LABELS,
-    FITS_SCHEMA,
-    PAPER_SOURCE,
-    SCALING_SCHEMA,
-    Fit,
-    paper_frame,
-)
+from gpuscale.analyze.tables import FIT_LABELS, FITS_SCHEMA, PAPER_SOURCE, SCALING_SCHEMA, Fit, paper_frame
 from gpuscale.contract import settings as typed
 
 

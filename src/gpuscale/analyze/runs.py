@@ -6,13 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpuscale.analyze import analysis, tables
-from gpuscale.analyze.tables import (
-    EPOCH_SCHEMA,
-    KEY_COLUMNS,
-    PHASE_SCHEMA,
-    RUN_SCHEMA,
-    SAMPLING_SCHEMA,
-)
+from gpuscale.analyze.tables import EPOCH_SCHEMA, KEY_COLUMNS, PHASE_SCHEMA, RUN_SCHEMA, SAMPLING_SCHEMA
 from gpuscale.contract import fsutil, record, sampling
 
 

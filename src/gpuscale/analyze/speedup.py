@@ -9,9 +9,7 @@ import statistics
 import polars as pl
 
 from gpuscale.analyze import analysis
-from gpuscale.analyze.tables import (
-    KEY_COLUMNS,
-)
+from gpuscale.analyze.tables import KEY_COLUMNS
 from gpuscale.contract import record
 
 SAME_LEASE, CROSS_LEASE, UNKNOWN = "same-lease", "cross-lease", "unknown"  # the speedup table's `pairing`

@@ -9,9 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from gpuscale import words
-from gpuscale.analyze.tables import (
-    LOCAL_SOURCE,
-)
+from gpuscale.analyze.tables import LOCAL_SOURCE
 from gpuscale.contract import conditions as machine
 from gpuscale.contract.settings import Params
 

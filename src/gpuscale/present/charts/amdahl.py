@@ -8,11 +8,7 @@ import altair as alt
 import polars as pl
 
 from gpuscale.analyze import analysis
-from gpuscale.analyze.tables import (
-    PAPER_SOURCE,
-    Fit,
-    paper_frame,
-)
+from gpuscale.analyze.tables import PAPER_SOURCE, Fit, paper_frame
 from gpuscale.present.charts.labels import Plot, _by_importance, _labels, label_rows
 from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _title
 

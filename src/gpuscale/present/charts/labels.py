@@ -8,10 +8,7 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from gpuscale.analyze.tables import (
-    PAPER_SOURCE,
-    paper_frame,
-)
+from gpuscale.analyze.tables import PAPER_SOURCE, paper_frame
 from gpuscale.present.charts.style import _same_axis
 
 # The direct labels' geometry, in the plot's pixels. Text is 11 px; a wide sans-serif (DejaVu Sans, Chromium's

@@ -8,13 +8,7 @@ import numpy as np
 import polars as pl
 
 from gpuscale import words
-from gpuscale.analyze.tables import (
-    FIT_FLOPS,
-    FIT_PARAMETERS,
-    PAPER_SOURCE,
-    paper_frame,
-    verdict,
-)
+from gpuscale.analyze.tables import FIT_FLOPS, FIT_PARAMETERS, PAPER_SOURCE, paper_frame, verdict
 from gpuscale.present.charts.labels import Plot, _by_importance, _labels, label_rows
 from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _mapped, _title
 

@@ -11,10 +11,7 @@ import altair as alt
 import polars as pl
 
 from gpuscale import words
-from gpuscale.analyze.tables import (
-    LOCAL_SOURCE,
-    PAPER_SOURCE,
-)
+from gpuscale.analyze.tables import LOCAL_SOURCE, PAPER_SOURCE
 
 HEIGHT = 340
 EXPORT_WIDTH = 760  # SVG/PNG files have no container: they get this width

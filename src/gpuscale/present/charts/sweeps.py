@@ -9,9 +9,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from gpuscale.analyze.tables import (
-    Fit,
-)
+from gpuscale.analyze.tables import Fit
 from gpuscale.present.charts.labels import AT_END, Plot, _labels, label_rows
 from gpuscale.present.charts.style import HEIGHT, TIMES_AXIS, Style, _empty, _log_domain, _title
 

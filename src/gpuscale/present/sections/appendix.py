@@ -7,9 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpuscale.analyze.tables import (
-    TABLES,
-)
+from gpuscale.analyze.tables import TABLES
 from gpuscale.present.page import Page, table
 
 ID = "appendix"

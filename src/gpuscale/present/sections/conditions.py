@@ -7,10 +7,7 @@ import math
 import polars as pl
 
 from gpuscale import words
-from gpuscale.analyze.tables import (
-    KEY_COLUMNS,
-    LOCAL_SOURCE,
-)
+from gpuscale.analyze.tables import KEY_COLUMNS, LOCAL_SOURCE
 from gpuscale.contract import conditions as machine
 from gpuscale.present.page import UNKNOWN_LEASE, Page, _by_flops, _cell, _lease_short, speedup_interval, table
 

@@ -6,9 +6,7 @@ import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.analyze.tables import (
-    PAPER_SOURCE,
-)
+from gpuscale.analyze.tables import PAPER_SOURCE
 from gpuscale.present.page import Page, _by_flops, _chip, _measured_sources, _several_leases, _variants
 
 ID = "table"

@@ -8,13 +8,7 @@ import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.analyze.tables import (
-    FIT_FLOPS,
-    FIT_PARAMETERS,
-    LOCAL_SOURCE,
-    PAPER_SOURCE,
-    r2_by_fit,
-)
+from gpuscale.analyze.tables import FIT_FLOPS, FIT_PARAMETERS, LOCAL_SOURCE, PAPER_SOURCE, r2_by_fit
 from gpuscale.analyze.tables import verdict as fit_verdict
 from gpuscale.present.page import (
     Page,
