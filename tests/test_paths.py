@@ -196,8 +196,7 @@ OVER_INPUT = {
 
 @pytest.mark.parametrize("case", list(OVER_INPUT))
 def test_an_output_never_lies_over_an_input(case, tmp_path, capsys):
-    from gpuscale.tables import TABLES
-
+    from gpuscale.analyze.tables import TABLES
     from gpuscale.words import CHART_NAMES
 
     extra, expected = OVER_INPUT[case]

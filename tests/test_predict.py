@@ -145,7 +145,7 @@ def test_predict_preset_runs_host_probe_predict_without_training(tmp_path):
     assert (repo / "data/prepared/manifest.json").is_file()
     pipeline = cpu["input_pipeline"]["with_step"]
     assert pipeline["source"] == "prepared data" and len(pipeline["passes"]) == 3 and pipeline["spread"] >= 0
-    names = {"host", "validation", "validation_summary", "constants", "paper"}
+    names = {"host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary"}
     assert {p.name for p in (repo / "results/predict").iterdir()} == {
         f"{n}.{e}" for n in names for e in ("csv", "json")
     }

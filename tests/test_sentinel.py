@@ -195,9 +195,9 @@ def test_one_run_per_key_and_lease_a_repeat_in_another_lease_is_kept(tmp_path):
     from gpuscale.analyze import aggregate
 
     recs = sorted((REPO / "reference/h200-2026-12-04/leases").glob("*/runs/simplecnn/cpu/paper-seed0.json"))
-    assert len(recs) == 2  # taken in two leases, under one key
+    assert len(recs) >= 2  # taken in several leases, under one key
     loaded, _ = aggregate.load_all({"study": recs})
-    assert len(loaded) == 2
+    assert len(loaded) == len(recs)
     for path, (_, _, rec) in zip(recs, loaded, strict=True):  # leases/<boot id's first 8>/runs/...
         assert rec["conditions"]["lease"].startswith(
             path.relative_to(REPO / "reference/h200-2026-12-04/leases").parts[0]

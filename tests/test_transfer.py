@@ -202,6 +202,9 @@ def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_le
     for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
         (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
     monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    import gpuscale.commands
+
+    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
     repo_params = Path("params.yaml").resolve()
     monkeypatch.chdir(tmp_path)
     overlay = tmp_path / "overlay.yaml"
@@ -231,6 +234,9 @@ def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
     monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    import gpuscale.commands
+
+    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
     probes = tmp_path / "probes"
     probes.mkdir()
     (probes / "cpu.json").write_text(json.dumps(lease_probe("cpu", 1e11, lease="an earlier lease")))

@@ -11,14 +11,15 @@ def add_arguments(parser) -> None:
 
 def spec_models(args) -> list[str]:
     """The models named by spec in study.models and sweeps.models (in that order, once each)."""
-    from gpuscale.commands import load_params
     from gpuscale.contract import params
     from gpuscale.models import spec as model_spec
 
     if not args.params and not Path(params.DEFAULT_PARAMS).is_file():
         return []
-    config = load_params(args)
-    names = [*config["study"]["models"], *config["sweeps"]["models"]]
+    from gpuscale.commands import load_typed
+
+    config = load_typed(args)
+    names = [*config.study.models, *config.sweeps.models]
     return [m for m in dict.fromkeys(names) if model_spec.is_spec(m)]
 
 

@@ -511,17 +511,21 @@ def _measure(
             table["seconds"],
             ", ".join(table["models_not_timed"]) or "none",
         )
-    share = budget_seconds * SHARES["input_pipeline"]
+    _measure_pipeline(doc, device, device_slug, train, budget_seconds * SHARES["input_pipeline"], quick, dataset)
+
+
+def _measure_pipeline(doc: dict, device, device_slug: str, train: TrainSettings, share: float, quick: bool, dataset):
+    """The input pipeline alone and (not quick) with the fixed step's model trained on each batch, into `doc`."""
     pipeline = input_pipeline(train, device, share / 2, dataset=dataset)
     if not quick:
-        step = _train_step(tiny_model(), device, batch)  # the fixed step's model
+        step = _train_step(tiny_model(), device, train.batch_size)  # the fixed step's model
         pipeline["with_step"] = input_pipeline(train, device, share / 2, step=step, dataset=dataset)
     doc["input_pipeline"] = pipeline
     doc["input_pipeline_images_per_second"] = pipeline["images_per_second"]
     log.info(
         "probe %s: fixed step %.2f ms, %.3f ms per layer, input pipeline %.0f images/s (%s, passes %s)",
         device_slug,
-        fixed * 1e3,
+        doc["fixed_step_seconds"] * 1e3,
         doc["layer_seconds"] * 1e3,
         pipeline["images_per_second"] or 0,
         pipeline["source"],

@@ -133,6 +133,21 @@ def host_calibrations(
     return calibrations
 
 
+def _device_prediction(f, cal, shape, probe, images: int, batch_size: int) -> tuple[dict, str]:
+    """One device's predicted epoch with its band, and how it was made: by transfer where the device has a shape
+    (predict/transfer.py), else from the probe alone with the calibration's nominal error."""
+    if shape is not None:
+        p = transfer.predict(probe, shape, f, images, batch_size)
+        return p, f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']})"
+    p = cm.predict_epoch(cal, f, images, batch_size)
+    p.update(
+        low=p["epoch_seconds"] * math.exp(-cal.log_error),
+        high=p["epoch_seconds"] * math.exp(cal.log_error),
+        log_error=cal.log_error,
+    )
+    return p, cal.source
+
+
 def _model_predictions(
     model: str,
     f: cm.ModelFacts,
@@ -146,18 +161,7 @@ def _model_predictions(
     probe alone), and its speedup where a CPU and a GPU are calibrated."""
     rows, per_device = [], {}
     for device, cal in calibrations.items():
-        shape = (shapes or {}).get(device)
-        if shape is not None:
-            p = transfer.predict(probes[device], shape, f, images, batch_size)
-            how = f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']})"
-        else:
-            p = cm.predict_epoch(cal, f, images, batch_size)
-            p.update(
-                low=p["epoch_seconds"] * math.exp(-cal.log_error),
-                high=p["epoch_seconds"] * math.exp(cal.log_error),
-                log_error=cal.log_error,
-            )
-            how = cal.source
+        p, how = _device_prediction(f, cal, (shapes or {}).get(device), (probes or {}).get(device), images, batch_size)
         per_device[device] = p
         rows.append(
             {

@@ -129,7 +129,7 @@ def _conditions_words(c: dict, brief: bool = False, named: bool = True) -> str:
     if not c["leases"]:
         pass  # no lease recorded at all: the records' own words above say it, and ‡ marks every figure
     elif c["speedups"] and c["same_lease"] == c["speedups"]:
-        text += f"; all {c['speedups']} speedups pair CPU and GPU within one lease"
+        text += f"; all {c['speedups']} speedups within one lease"
     elif c["speedups"]:
         text += f"; {c['same_lease']} of {c['speedups']} speedups pair CPU and GPU within one lease"
     if c["crossing"]:

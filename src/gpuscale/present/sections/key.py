@@ -40,10 +40,9 @@ TEMPLATE = """\
 {% else %}<p>No model measured on both a CPU and a GPU yet.</p>
 {% endfor %}
 {% if key.host %}<h3>This host beside the reference</h3><ul>{% for line in key.host %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
-<p class="definition">{{ key.definition }} Models are ordered by training FLOPs per image; brackets: an interval holding
-the spread between epochs, rounds and leases and the seed bootstrap ("1 lease": measured in one lease, so no
-lease-to-lease spread; "1 run, 1 lease": one run per device, no interval); sampled*: a time extrapolated from a few timed steps per epoch, its error in no interval (see
-Checks).{% for m in key.marks %} {{ m }}.{% endfor %}</p>
+<p class="definition">{{ key.definition }} Models by training FLOPs per image; brackets: the spread between epochs,
+rounds and leases and the seed bootstrap ("1 lease": no lease-to-lease spread; "1 run, 1 lease": no interval);
+sampled*: a time extrapolated from a few timed steps per epoch, its error in no interval.{% for m in key.marks %} {{ m }}.{% endfor %}</p>
 {% if warnings %}<p class="warnline">{{ warnings|length }} warning(s) about these records: see <a href="#checks">Checks</a>.</p>{% endif %}
 </section>"""  # noqa: E501 (the page's markup, line for line)
 
@@ -54,7 +53,7 @@ def context(page: Page) -> dict:
 
 HEADLINE_DEFINITION = (
     "Speedup = CPU time / GPU time over the whole run, first epoch included (median over seeds), as the paper "
-    "timed it and as a user waits; the steady speedup (first epoch left out) is shown where it differs by a quarter."
+    "timed it; the steady one (first epoch out) shown where it differs by a quarter."
 )
 
 
