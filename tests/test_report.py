@@ -181,7 +181,9 @@ def test_the_quick_preset_without_a_gpu_gets_the_references_speedups(quick):
     key = key_results(aggregate.read_tables(quick / "tables"))
     text = " ".join(key["host"])
     # the reference's own figure, whatever the shipped records make it (the headline's simplecnn row)
-    assert re.search(r"No GPU here: h200-2026-12-04's speedups \(paper variant\) are the ones above \(simplecnn \d+\.\d×", text)
+    assert re.search(
+        r"No GPU here: h200-2026-12-04's speedups \(paper variant\) are the ones above \(simplecnn \d+\.\d×", text
+    )
     assert "This host's CPU trains at this fraction of h200-2026-12-04's CPU speed" in text
     assert "against this CPU, its GPU would train simplecnn" in text
 
