@@ -106,6 +106,18 @@ def no_room(path: Path | str, err: BaseException) -> WriteError | None:
 
 
 @contextlib.contextmanager
+def _said_in_one_line(path: Path) -> Iterator[None]:
+    """A full disk, a quota or a file-size limit while writing `path` raised as no_room's one line; else as it was."""
+    try:
+        yield
+    except Exception as err:
+        room = no_room(path, err)
+        if room is None:
+            raise
+        raise room from err
+
+
+@contextlib.contextmanager
 def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success move it into place in one rename. The temporary name
     holds this process's id, so the next writer can tell a killed writer's leftover (and removes it). A write
@@ -121,13 +133,9 @@ def atomic_path(path: Path | str, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     tmp_path.chmod(0o666 & ~_umask())  # mkstemp makes 0600; finished files get the usual mode
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    except Exception as err:
-        room = no_room(path, err)
-        if room is None:
-            raise
-        raise room from err
+        with _said_in_one_line(path):
+            yield tmp_path
+            os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -153,20 +161,16 @@ def atomic_directory(path: Path | str) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".partial", dir=path.parent))
     tmp.chmod(0o777 & ~_umask())
     try:
-        yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except Exception as err:
-        room = no_room(path, err)
-        if room is None:
-            raise
-        raise room from err
+        with _said_in_one_line(path):
+            yield tmp
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
