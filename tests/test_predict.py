@@ -112,6 +112,27 @@ def test_the_layer_table_sums_each_model_s_timed_calls_per_image_and_says_what_t
     assert none["models"] == {} and none["models_not_timed"] == ["simplecnn_half", "resnet18"]
 
 
+def test_the_layer_table_keeps_the_median_of_interleaved_passes_so_one_pause_of_the_host_prices_nothing():
+    import time
+
+    import torch
+
+    ran: list[str] = []
+
+    def step(name: str, slow_call: int):
+        def run():
+            ran.append(name)
+            time.sleep(0.04 if ran.count(name) == slow_call else 0.002)
+
+        return run
+
+    # one window per call (0 s): warm-up a, b, then passes a b | a b | a b; a's second timed call pauses 20x
+    got = probe._timed_passes({"a": step("a", 3), "b": step("b", 0)}, torch.device("cpu"), 3, 0.0)
+    assert ran == ["a", "b"] + ["a", "b"] * 3
+    assert got["a"]["seconds_per_call"] < 0.01 and got["a"]["spread"] > 5 and got["a"]["passes"] == 3
+    assert got["b"]["seconds_per_call"] < 0.01 and got["b"]["spread"] < 5
+
+
 def test_probe_of_a_missing_device_records_why():
     import torch
 

@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import statistics
 import time
 from importlib import resources
 from pathlib import Path
@@ -34,7 +35,9 @@ from gpuscale.models import registry as models
 
 log = logging.getLogger("gpuscale.probe")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Schema 4 times the layer table in interleaved passes (the median kept) and measures depthwise layers up to 32x32
+# (CIFAR-stem MobileNets run them there; the GPU's rate from 16x16 down priced mobilenet_v2_cifar 2.5x slow).
 # Schema 3 adds the layer table: every distinct layer call of the registry's models timed as the network makes it.
 # Schema 1 counted its layers' FLOPs by torch's own formulas, whose weight gradient of a grouped convolution is
 # `groups` times too many (nets.CostCounter corrects it for the model facts), and timed the layers without their
@@ -59,8 +62,10 @@ SHARES = {
 # The layer table's batch (CPUs only, at most train.batch_size): per image, the dev box's 2 cores cost about the
 # same at 64 as at 128 (23 models), in half the probe's time; the H200 host's 16 threads cost more at 64.
 TABLE_BATCH_CPU = 64
-# Each distinct layer call is repeated for at least this long after its warm-up call (at least once).
-TABLE_SECONDS_PER_LAYER = 0.003
+# Each distinct layer call is timed in TABLE_PASSES windows of at least this long (at least one call each) after
+# its warm-up call, the passes going round a model's new calls; the median pass is kept.
+TABLE_SECONDS_PER_LAYER = 0.001
+TABLE_PASSES = 3
 LAYER_STACK = 16  # conv + batch-norm blocks in the per-layer measurement: 2 parameterised layers each
 
 
@@ -125,8 +130,10 @@ def layer_cases(batch: int) -> dict[str, list[tuple[str, nn.Module, tuple]]]:
             ("conv1x1 256->64 @16x16", nn.Conv2d(256, 64, 1, bias=False), (batch, 256, 16, 16)),
         ],
         # MobileNet/EfficientNet/ConvNeXt blocks on 32x32 images run their depthwise layers from 16x16 down to
-        # 1x1; CPU kernels slow down by two orders of magnitude per FLOP at the smallest sizes
+        # 1x1 (CPU kernels slow down by two orders of magnitude per FLOP at the smallest sizes); CIFAR-stem
+        # MobileNets from 32x32, where most of their depthwise FLOPs are
         "depthwise_conv": [
+            _grouped("depthwise3x3", 144, 144, 3, 32, batch),
             _grouped("depthwise3x3", 96, 96, 3, 16, batch),
             _grouped("depthwise3x3", 144, 144, 3, 8, batch),
             _grouped("depthwise3x3", 192, 192, 3, 4, batch),
@@ -262,9 +269,37 @@ def _layer_step(call: nets.LayerCall, device: torch.device, batch: int):
     return step
 
 
+def _timed_passes(steps: dict, device: torch.device, passes: int, seconds: float) -> dict[str, dict]:
+    """Each step timed in `passes` rounds that go round all of them (RMIT in small: a pause of the host lands
+    in one pass of a layer, not in all), after one warm-up call each; per step the median pass and its spread."""
+    for step in steps.values():
+        step()
+    _sync(device)
+    seen: dict[str, list[float]] = {key: [] for key in steps}
+    for _ in range(passes):
+        for key, step in steps.items():
+            seen[key].append(_timed_window(step, device, seconds))
+    return {
+        key: {"seconds_per_call": statistics.median(times), "spread": max(times) / min(times), "passes": len(times)}
+        for key, times in seen.items()
+    }
+
+
+def _timed_window(step, device: torch.device, seconds: float, max_steps: int = 50) -> float:
+    """Seconds per call over one window of at least `seconds` (at least one call), the device drained."""
+    count, start = 0, time.perf_counter()
+    while count < max_steps and (count == 0 or time.perf_counter() - start < seconds):
+        step()
+        count += 1
+    _sync(device)
+    return (time.perf_counter() - start) / count
+
+
 def layer_table(device: torch.device, batch: int, seconds: float, names: list[str] | None = None) -> dict:
     """Every distinct leaf-layer call of the registry's models (nets.layer_calls) timed forward + backward at
     `batch`, the models in registry order until `seconds` are spent; per model, the sum over its calls, per image.
+    A model's new calls are timed in TABLE_PASSES interleaved passes, the median kept (one pass of one layer once
+    ran 30x slow on the H200 host, and the old single window priced the whole model from it).
     A model whose calls were not all timed in time is left out (the cost model falls back to its rates by kind)."""
 
     start = time.perf_counter()
@@ -277,10 +312,10 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
             continue
         torch.manual_seed(0)
         calls, protos = nets.layer_calls(models.build(name, 10))
-        for key, call in protos.items():
-            if key not in timed:
-                per_call, count = _timed(_layer_step(call, device, batch), device, TABLE_SECONDS_PER_LAYER, 50)
-                timed[key] = {"layer": key, "seconds_per_call": per_call, "repeats": count}
+        steps = {key: _layer_step(call, device, batch) for key, call in protos.items() if key not in timed}
+        for key, row in _timed_passes(steps, device, TABLE_PASSES, TABLE_SECONDS_PER_LAYER).items():
+            timed[key] = {"layer": key, **row}
+        del steps
         per_model[name] = {
             "seconds_per_image": sum(n * timed[key]["seconds_per_call"] for key, n in calls.items()) / batch,
             "layer_calls": sum(calls.values()),
@@ -288,6 +323,7 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
         }
     return {
         "batch_size": batch,
+        "passes": TABLE_PASSES,
         "models": per_model,
         "models_not_timed": skipped,
         "layers": sorted(timed.values(), key=lambda row: row["layer"]),
