@@ -41,8 +41,8 @@ def dvc_code_deps() -> dict[str, set[str]]:
 
 
 def snakemake_code_deps() -> dict[str, set[str]]:
-    """stage -> the code inputs the Snakefile gives its rules (common.smk's CODE is deps.code_files)."""
-    return {stage: set(deps.code_files(stage, REPO / "src/gpuscale")) for stage in deps.STAGE_COMMANDS}
+    """stage -> the code inputs the Snakefile gives its rules (common.smk's CODE is deps.code_files_by_stage)."""
+    return {stage: set(files) for stage, files in deps.code_files_by_stage(REPO / "src/gpuscale").items()}
 
 
 def test_dvc_yaml_code_deps_and_params_are_generated_and_current():
@@ -182,6 +182,53 @@ def test_closure_with_one_module_per_command(tmp_path):
         "gpuscale.train",
     ]
     assert "src/gpuscale/commands/train.py" in deps.code_files("sweep_batch", pkg)
+
+
+def test_the_closures_are_kept_until_a_module_file_changes(tmp_path, monkeypatch):
+    """The Snakefile's cache of every stage's code files (code_files_by_stage): read back without parsing while
+    the sources are the same, computed again after an edit that keeps a file's size and mtime, a new module, or
+    a damaged cache; a cache that cannot be written costs only the time."""
+    pkg = make_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli.py": "def cmd_train(args):\n    from gpuscale import train\n",
+            "train.py": "from gpuscale import aaa\nfrom gpuscale import helpers\n",
+            "aaa.py": "",
+            "bbb.py": "",
+        },
+    )
+    cache = tmp_path / ".snakemake/gpuscale/code-deps.json"
+    computed = {stage: deps.code_files(stage, pkg) for stage in deps.STAGE_COMMANDS}
+    assert deps.code_files_by_stage(pkg, cache) == computed
+    assert json.loads(cache.read_text())["code"] == computed
+
+    def parsed(*args):
+        raise AssertionError("parsed again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(deps, "code_files", parsed)
+        assert deps.code_files_by_stage(pkg, cache) == computed
+    assert "src/gpuscale/aaa.py" in computed["train"]
+
+    train = pkg / "train.py"
+    before = train.stat()
+    train.write_text(train.read_text().replace("aaa", "bbb"))  # same size; the mtime put back
+    os.utime(train, ns=(before.st_atime_ns, before.st_mtime_ns))
+    got = deps.code_files_by_stage(pkg, cache)
+    assert "src/gpuscale/bbb.py" in got["train"] and "src/gpuscale/aaa.py" not in got["train"]
+
+    (pkg / "helpers.py").write_text("")  # `from gpuscale import helpers` now names a module
+    assert "src/gpuscale/helpers.py" in deps.code_files_by_stage(pkg, cache)["train"]
+
+    cache.write_text('{"key": ')
+    assert deps.code_files_by_stage(pkg, cache) == {stage: deps.code_files(stage, pkg) for stage in deps.STAGE_COMMANDS}
+    assert json.loads(cache.read_text())["code"]["train"][-1] == "src/gpuscale/train.py"
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert deps.code_files_by_stage(pkg, blocked / "code-deps.json")["train"] == deps.code_files("train", pkg)
+    assert sorted(p.name for p in cache.parent.iterdir()) == ["code-deps.json"]  # no partial file left
 
 
 def test_the_train_rules_params_are_the_keys_dvc_lists(base_params):

@@ -3,7 +3,9 @@
 A stage depends on the files of every gpuscale module in the static import closure of its command
 (imports inside functions included), plus the package data files those modules read, which each
 module declares next to its code as a literal `DATA_FILES = ("schemas/x.json", ...)`. The Snakefile
-calls `code_files()` when it parses and gives each rule those files as inputs. dvc.yaml cannot run
+calls `code_files_by_stage()` when it parses and gives each rule those files as inputs; it keeps the result in
+.snakemake/gpuscale/code-deps.json under a hash of every module file's path and content, so a parse reads the
+modules again only after one changed (0.4 s of a 2-core machine's dry run otherwise). dvc.yaml cannot run
 code, so `python -m gpuscale.deps --write dvc.yaml` rewrites its params lists and links each command's
 code files into one folder, workflow/code/<command>/ (relative symlinks, mirroring src/gpuscale): a
 stage's one code dep is that folder. DVC hashes a folder through its links, so an edit to a linked
@@ -22,11 +24,15 @@ Standard library only: the Snakefile imports it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
+import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 PACKAGE = "gpuscale"
@@ -138,8 +144,8 @@ def _commands_named(test: ast.expr) -> set[str] | None:
 
 
 class _Imports(ast.NodeVisitor):
-    def __init__(self, current: str, is_package: bool, root: Path, command: str | None):
-        self.current, self.is_package, self.root, self.command = current, is_package, root, command
+    def __init__(self, current: str, is_package: bool, command: str | None):
+        self.current, self.is_package, self.command = current, is_package, command
         self.found: set[str] = set()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -158,9 +164,8 @@ class _Imports(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _add(self, name: str) -> None:
-        in_package = name == PACKAGE or name.startswith(PACKAGE + ".")
-        if in_package and module_file(name, self.root) is not None:
-            self.found.add(name)
+        if name == PACKAGE or name.startswith(PACKAGE + "."):
+            self.found.add(name)  # a module where its file exists (imports_of): `from gpuscale.x import name`
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -174,30 +179,30 @@ class _Imports(ast.NodeVisitor):
 
 
 def _parse(path: Path) -> ast.Module:
-    """The module's syntax tree, parsed once per process for each version of the file (its size and mtime): a
-    Snakefile computes every stage's closure, and the stages share most of their modules."""
-    stat = path.stat()
-    return _parse_version(str(path), stat.st_mtime_ns, stat.st_size)
+    """The module's syntax tree, parsed once per process for each content of the file: a Snakefile computes every
+    stage's closure, and the stages share most of their modules."""
+    return _parse_source(str(path), path.read_bytes())
 
 
 @functools.cache
-def _parse_version(path: str, mtime_ns: int, size: int) -> ast.Module:
-    return ast.parse(Path(path).read_text(), filename=path)
+def _parse_source(path: str, source: bytes) -> ast.Module:
+    return ast.parse(source, filename=path)
 
 
 def imports_of(name: str, root: Path, command: str | None = None) -> set[str]:
     """The gpuscale modules module `name` imports anywhere in its body (function bodies included)."""
     path = module_file(name, root)
-    stat = path.stat()
-    return set(_imports_of_version(name, str(root), command, stat.st_mtime_ns, stat.st_size))
+    named = _names_imported(name, path.name == "__init__.py", command, str(path), path.read_bytes())
+    found = [m for m in named if module_file(m, root) is not None]  # files come and go: checked on every call
+    return {m for module in found for m in (*_parents(module), module)}
 
 
 @functools.cache
-def _imports_of_version(name: str, root: str, command: str | None, mtime_ns: int, size: int) -> frozenset[str]:
-    path = module_file(name, Path(root))
-    visitor = _Imports(name, path.name == "__init__.py", Path(root), command)
-    visitor.visit(_parse(path))
-    return frozenset(m for found in visitor.found for m in (*_parents(found), found))
+def _names_imported(name: str, is_package: bool, command: str | None, path: str, source: bytes) -> frozenset[str]:
+    """Every gpuscale.* name a module's source imports (a module, or a name from one)."""
+    visitor = _Imports(name, is_package, command)
+    visitor.visit(_parse_source(path, source))
+    return frozenset(visitor.found)
 
 
 def data_files_of(name: str, root: Path) -> list[str]:
@@ -242,6 +247,63 @@ def code_files(stage: str, root: Path | str = SOURCE_ROOT) -> list[str]:
     return paths + data
 
 
+def _source_key(root: Path) -> str:
+    """A hash of what the closures are computed from: every module file under `root` (its path and content) and
+    this module's own code. Content, not mtimes: a checkout, a copy or an edit within one clock tick changes it."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for folder, subfolders, names in os.walk(root):
+        subfolders.sort()
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = Path(folder, name)
+            digest.update(f"\0{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _cached_code(cache: Path, key: str) -> dict[str, list[str]] | None:
+    """The closures stored in `cache` for the sources `key` stands for; None where absent, stale or unreadable."""
+    try:
+        stored = json.loads(cache.read_text())
+        code = stored["code"] if stored["key"] == key else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(code, dict) and set(code) == set(STAGE_COMMANDS)):
+        return None
+    return (
+        code
+        if all(isinstance(files, list) and all(isinstance(f, str) for f in files) for files in code.values())
+        else None
+    )
+
+
+def _store_code(cache: Path, key: str, code: dict[str, list[str]]) -> None:
+    partial = None
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(dir=cache.parent, prefix=f"{cache.name}.", suffix=".partial")
+        with os.fdopen(handle, "w") as out:
+            json.dump({"key": key, "code": code}, out)
+        os.replace(partial, cache)  # whole or not at all: Snakemake may parse the Snakefile in several processes
+    except OSError:  # a read-only checkout, a full disk: computed again next time
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+
+
+def code_files_by_stage(root: Path | str = SOURCE_ROOT, cache: Path | str | None = None) -> dict[str, list[str]]:
+    """code_files() of every stage. With `cache` (a git-ignored file), the closures are read from it where it was
+    written for the same sources (_source_key), else computed and written there: a Snakefile parses the module
+    files once per change of them instead of once per run."""
+    root = Path(root)
+    key = _source_key(root) if cache is not None else ""
+    code = _cached_code(Path(cache), key) if cache is not None else None
+    if code is None:
+        code = {stage: code_files(stage, root) for stage in STAGE_COMMANDS}
+        if cache is not None:
+            _store_code(Path(cache), key, code)
+    return code
+
+
 def link_folder(stage: str) -> str:
     """The folder of links that stands for a stage's code files in dvc.yaml: one per command."""
     return f"{LINK_ROOT}/{STAGE_COMMANDS[stage]}"
@@ -277,9 +339,9 @@ _KEY = re.compile(r"^    ([A-Za-z_]+):(.*)$")
 
 
 def _table_outputs() -> list[str]:
-    from gpuscale.analyze import tables  # polars: only when writing dvc.yaml
+    from gpuscale.analyze import tablefiles
 
-    return list(tables.outputs().values())
+    return list(tablefiles.outputs().values())
 
 
 def render_dvc(text: str, models: dict[str, list[str]] | None = None, root: Path | str = ".") -> str:
@@ -289,7 +351,7 @@ def render_dvc(text: str, models: dict[str, list[str]] | None = None, root: Path
     Within a stage, the code entries of `deps:` (`- workflow/code/...`, or `- src/gpuscale/...` as older
     files listed them) become the one link folder of its command (other deps, data and outputs, keep
     their place), the `params:` list is rewritten from STAGE_PARAMS, and the aggregate stage's `outs:`
-    from gpuscale.analyze.tables.outputs().
+    from gpuscale.analyze.tablefiles.outputs().
     """
     text = _strip_generated(text)
     out: list[str] = []

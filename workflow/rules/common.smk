@@ -1,6 +1,7 @@
 # Shared helpers: params validation with a one-line error, the params files the commands read,
 # the code each stage runs (its inputs, computed), and the hand-over to DVC when the workflow succeeds.
 
+import functools
 import os
 import shlex
 import subprocess
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpuscale import deps
-from gpuscale.analyze import tables
+from gpuscale.analyze import tablefiles
 from gpuscale.measure import envinfo
 from gpuscale.contract import paths as gpaths
 from gpuscale.contract import settings as typed
@@ -77,14 +78,14 @@ if CUDA_MISMATCH:
     print(f"gpuscale: warning: {CUDA_MISMATCH}", file=sys.stderr)
 # Each stage's code: the import closure of its command plus the data files those modules read,
 # computed from src/gpuscale (gpuscale.deps; dvc.yaml depends on the same files through the link
-# folders workflow/code/<command>/, generated from it).
-CODE = {stage: deps.code_files(stage) for stage in deps.STAGE_COMMANDS}
+# folders workflow/code/<command>/, generated from it), kept until a module file changes (.snakemake/ is git-ignored).
+CODE = deps.code_files_by_stage(cache=".snakemake/gpuscale/code-deps.json")
 
 
-# What the aggregation writes (gpuscale.analyze.tables; dvc.yaml's aggregate outs are generated from the same list).
+# What the aggregation writes (gpuscale.analyze.tablefiles; dvc.yaml's aggregate outs are generated from the same list).
 AGGREGATE_OUTPUTS = {
-    **tables.outputs(),
-    "speedup": report(tables.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),
+    **tablefiles.outputs(),
+    "speedup": report(tablefiles.outputs()["speedup"], caption="../report/speedup.rst", category="Tables"),
 }
 
 
@@ -136,7 +137,12 @@ def sweep_records():
 def reference_records(folders=None):
     """Every record under the reference folders the report includes (measured elsewhere), or under `folders`."""
     folders = config["report"]["reference"] if folders is None else folders
-    return sorted(str(p) for folder in folders for p in Path(folder).rglob("*.json"))
+    return list(_records_under(tuple(folders)))
+
+
+@functools.cache  # two rules list the same folders' records
+def _records_under(folders):
+    return tuple(sorted(str(p) for folder in folders for p in Path(folder).rglob("*.json")))
 
 
 def data_inputs(wildcards):

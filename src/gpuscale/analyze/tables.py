@@ -4,7 +4,7 @@ gpuscale.analyze.aggregate writes through it, gpuscale.present.charts and gpusca
 
 Each table is written twice into one folder (results/tables): NAME.csv to read, NAME.parquet typed
 for the readers; notes.json holds what is not a table. The workflow's output lists (report.smk and,
-generated, dvc.yaml) come from `outputs()`.
+generated, dvc.yaml) come from `outputs()`, which lives without polars in gpuscale.analyze.tablefiles.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from pathlib import Path
 import polars as pl
 
 from gpuscale.analyze import paper
+from gpuscale.analyze.tablefiles import NOTES, TABLES, outputs  # noqa: F401 (the names, polars-free; read here)
 from gpuscale.contract import fsutil
 
-TABLES = ("runs", "epochs", "speedup", "fits", "phases", "gains", "sweeps", "sampling", "scaling", "conditions")
-NOTES = "notes.json"
 LOCAL_SOURCE = "this host"
 PAPER_SOURCE = f"paper: {paper.HARDWARE['gpu_short']} vs {paper.HARDWARE['cpu_short']}"
 # The columns that name one run (a source's record key); every per-run table starts with them.
@@ -204,16 +203,6 @@ SCHEMAS = {
     "scaling": SCALING_SCHEMA,
     "conditions": CONDITIONS_SCHEMA,
 }
-
-
-def outputs(folder: str = "results/tables") -> dict[str, str]:
-    """Every file the aggregation writes into `folder`, by output name (NAME, NAME_parquet, notes)."""
-    out = {}
-    for name in TABLES:
-        out[name] = f"{folder}/{name}.csv"
-        out[f"{name}_parquet"] = f"{folder}/{name}.parquet"
-    out["notes"] = f"{folder}/{NOTES}"
-    return out
 
 
 def paper_frame() -> pl.DataFrame:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -111,6 +112,12 @@ def cpu_flags() -> tuple[str, ...]:
 
 def _nvml():
     """pynvml, initialised, or None (not installed, no driver); callers shut it down with _nvml_done."""
+    if not sys.platform.startswith("win"):
+        try:  # the library pynvml loads there: without it, nvmlInit fails, and importing pynvml (8,000 lines,
+            # in every Snakefile parse through host_fingerprint) is not worth it
+            ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:
+            return None
     try:
         import pynvml
     except ImportError:

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/analyze/tablefiles.py
