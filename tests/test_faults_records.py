@@ -4,10 +4,13 @@ A bad record of a reference folder is skipped with a line; one of the study's ow
 
 from __future__ import annotations
 
+import html as html_lib
 import json
+import re
 from pathlib import Path
 
 import pytest
+import records
 from conftest import REPO
 
 from gpuscale.analyze import aggregate
@@ -94,3 +97,39 @@ def test_a_record_outside_any_runs_folder_is_not_judged_by_its_place(tmp_path):
     path = tmp_path / "anywhere.json"
     path.write_text(REAL.read_text())
     assert record.misplaced(path, record.load(path)) is None
+
+
+def test_a_bad_reference_record_is_named_in_the_reports_conditions_section(tmp_path, monkeypatch, capsys):
+    """Through the real stages (aggregate, charts, report): each skipped record of a reference folder is one line of
+    the Measurement conditions section naming its file and the reason, as its warning did."""
+    from conftest import TINY, write_yaml
+
+    from gpuscale import cli
+
+    paths = records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
+    good = paths[0].read_text()
+    nan = place(tmp_path / "reference" / "small", {}, "runs/simplecnn/cpu/paper-seed7.json")
+    nan.write_text(good.replace('"total_train_seconds": ', '"total_train_seconds": NaN, "x": ', 1))
+    moved = place(tmp_path / "reference" / "small", json.loads(good), "runs/resnet18/cpu/paper-seed3.json")
+    write_yaml(tmp_path / "o.yaml", {**TINY, "report": {"reference": ["reference/small"]}})
+    monkeypatch.chdir(tmp_path)
+    params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
+    for argv in (
+        ["aggregate", "--reference-only", "--out", "tables", "--metrics", "m.json"],
+        ["charts", "--tables", "tables", "--out", "charts"],
+        ["report", "--tables", "tables", "--charts", "charts", "--out", "index.html"],
+    ):
+        assert cli.main([argv[0], *params, *argv[1:]]) == 0, capsys.readouterr().err
+    html = (tmp_path / "index.html").read_text()
+    section = html[html.index('<section id="conditions">') :]
+    section = section[: section.index("</section>")]
+    items = re.findall(r'<ul class="skipped">(.*?)</ul>', section, re.S)[0]
+    lines = [html_lib.unescape(li) for li in re.findall(r"<li>(.*?)</li>", items, re.S)]
+    assert len(lines) == 2, lines
+    named = {
+        str(nan.relative_to(tmp_path)): "holds NaN, not a finite number",
+        str(moved.relative_to(tmp_path)): "lies at",
+    }
+    for path, reason in named.items():
+        (line,) = [li for li in lines if path in li]
+        assert line.startswith(f"skipped record {path} (small): ") and reason in line and "\n" not in line, line

@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),
     "sentinel": ("sentinel", "measure the machine state the timings depend on (a few seconds; a witness)"),
 }
+# The commands that write the project's outputs: refused while another workflow works in the folder.
+PROJECT_WRITERS = ("host", "data", "train", "probe", "sentinel", "aggregate", "charts", "report", "predict")
 DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the stages of the Snakemake/DVC workflow)"
 EXIT_USAGE = 2
 
@@ -156,7 +158,29 @@ def _unknown(name: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. SIGTERM and SIGINT are caught from the first line on, so a signal while the command's
+    modules load, or while its arguments are read, ends in the same one line as one mid-work."""
+    install_signal_handlers()
+    entry = argv is None  # the process's own command (the `gpuscale` script, python -m gpuscale), not a test's call
     argv = list(sys.argv[1:] if argv is None else argv)
+    state = {"name": ""}
+    try:
+        code = _dispatch(argv, state)
+    except KeyboardInterrupt:
+        code = fail(f"{_who(state)}: interrupted (SIGINT); no partial output was left: run it again to finish", 130)
+    except Terminated:
+        code = fail(f"{_who(state)}: stopped by SIGTERM; no partial output was left: run it again to finish", 143)
+    if entry:  # the command has ended and said so: a signal while Python shuts down would only add a traceback
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
+def _who(state: dict) -> str:
+    return f"gpuscale {state['name']}" if state["name"] else "gpuscale"
+
+
+def _dispatch(argv: list[str], state: dict) -> int:
     rest = list(argv)
     debug = False
     while rest and rest[0] == "--debug":  # `gpuscale --debug COMMAND ...` as well as `gpuscale COMMAND --debug`
@@ -173,25 +197,34 @@ def main(argv: list[str] | None = None) -> int:
     name = rest.pop(0)
     if name not in COMMANDS:
         return _unknown(name)
+    state["name"] = name
     module = importlib.import_module(f"gpuscale.commands.{COMMANDS[name][0]}")
     args = command_parser(name, module).parse_args(rest)
     args.debug = args.debug or debug
     args.command = name
     args.argv = argv  # the whole command line, for a data-parallel relaunch
+    return _run_command(name, module, args)
+
+
+def _run_command(name: str, module, args) -> int:
     from gpuscale.commands import UsageError, check_log
     from gpuscale.contract.fsutil import WriteError
     from gpuscale.contract.params import ParamsError
     from gpuscale.contract.paths import PathError
     from gpuscale.contract.record import RecordError
+    from gpuscale.contract.runlock import RunLockError
 
-    known: tuple = (UsageError, ParamsError, PathError, RecordError)
-    install_signal_handlers()
+    known: tuple = (UsageError, ParamsError, PathError, RecordError, RunLockError)
     try:
         check_log(args)
         setup_logging(args.log)
         known = (*known, *(module.errors() if hasattr(module, "errors") else ()))
         if hasattr(module, "check"):  # every argument and output, before any work
             module.check(args)
+        if name in PROJECT_WRITERS:  # never beside another workflow in this folder (contract.runlock)
+            from gpuscale.contract import runlock
+
+            runlock.guard_command(name)
         return module.run(args)
     except known as err:
         if args.debug:
@@ -201,10 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         return fail(f"gpuscale {name}: error: {one_line(str(err))}", 1)
-    except KeyboardInterrupt:
-        return fail(f"gpuscale {name}: interrupted (SIGINT); no partial output was left: run it again to finish", 130)
-    except Terminated:
-        return fail(f"gpuscale {name}: stopped by SIGTERM; no partial output was left: run it again to finish", 143)
+    except (KeyboardInterrupt, Terminated):
+        raise  # main() says it in one line
     except Exception as err:  # a bug: its traceback goes to stderr, its one line to the log file too
         fail(f"gpuscale {name}: unexpected {type(err).__name__}: {one_line(str(err))}", 1, stderr=False)
         raise

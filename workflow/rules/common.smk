@@ -12,6 +12,7 @@ from gpuscale import deps
 from gpuscale.analyze import tablefiles
 from gpuscale.measure import envinfo
 from gpuscale.contract import paths as gpaths
+from gpuscale.contract import runlock
 from gpuscale.contract import settings as typed
 from gpuscale.models import spec as model_spec
 

@@ -65,6 +65,12 @@ rule predict:
 
 
 onstart:
+    # After Snakemake's own lock (two Snakemake runs are its to judge): this run holds the folder against stage
+    # commands started by DVC or by hand, or ends in one line while one works here (gpuscale.contract.runlock).
+    try:
+        runlock.hold_workflow()
+    except runlock.RunLockError as err:
+        sys.exit(f"gpuscale: error: {err}")  # before any job; Snakemake frees its own lock and ends with this line
     # Before the first training job: what each pending timing job should cost, and past an hour the faster routes.
     if not config["predict"]["only"]:
         plan = os.path.abspath("logs/study-plan.json")

@@ -461,9 +461,9 @@ def run(
         "transfer": [_round(r) for r in transfer.leave_one_lease_out(leases, reference_facts)],
     }
     result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in result.items():
-        write_table(out, name, table)
+    with fsutil.atomic_directory(out) as folder:  # the set swapped in whole: a half-written one is never read
+        for name, table in result.items():
+            write_table(folder, name, table)
     for s in summary:
         log.info(
             "%s %s %s: median %.1f%%, worst %.1f%% (%s)",

@@ -23,6 +23,8 @@ TEMPLATE = """\
 correction), and every figure's spread between epochs, rounds, seeds and leases is shown on its own.</p>
 <dl class="glossary">{% for term, meaning in conditions.glossary %}<div><dt>{{ term }}:</dt> <dd>{{ meaning }}</dd></div>{% endfor %}</dl>
 <ul>{% for line in conditions.summary %}<li>{{ line }}</li>{% endfor %}</ul>
+{% if conditions.skipped %}<p>Records left out of every figure ({{ conditions.skipped|length }}), each with why:</p>
+<ul class="skipped">{% for line in conditions.skipped %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 {% for g in conditions.pairing_groups %}<details><summary>{{ g.title }} ({{ g.lines|length }})</summary>
 <ul>{% for line in g.lines %}<li>{{ line }}</li>{% endfor %}</ul>
 </details>{% endfor %}
@@ -355,4 +357,14 @@ def conditions_section(tables: dict) -> dict:
         "sentinels": sentinel_table(conditions),
         "spreads": spread_table(speedup),
         "marks": words.pairing_keys(speedup["pairing"].drop_nulls().to_list()),
+        "skipped": skipped_lines(tables),
     }
+
+
+def skipped_lines(tables: dict) -> list[str]:
+    """One line per record the aggregation skipped (a bad record of a reference folder, or of the study's own
+    under report.skip_bad_records): its file and why, as its warning said it."""
+    return [
+        " ".join(f"skipped record {s['path']} ({words.source_short(s['source'])}): {s['reason']}".split())
+        for s in tables.get("skipped_records", [])
+    ]

@@ -1,0 +1,137 @@
+"""One workflow at a time in a project folder: Snakemake's run, or stage commands started another way (DVC, by hand).
+
+Two Snakemake runs in one folder meet Snakemake's own directory lock. A Snakemake run and `dvc repro` (or a
+hand-run stage) do not: both would write the same outputs (data, tables, charts, report, predictions, records).
+So, with two OS file locks (fcntl.flock, freed by the kernel however their holder dies) under `.gpuscale/`:
+
+- a Snakemake run holds `workflow.lock` shared for its whole life (taken in its onstart, after Snakemake's own
+  lock, so two Snakemake runs are still Snakemake's to judge), and marks the jobs it starts with GPUSCALE_WORKFLOW;
+- every stage command outside such a run holds `commands.lock` shared while it works (DVC's stages and hand-run
+  commands may run side by side, as they may today);
+- each side takes its own lock first and then looks at the other's: whichever comes second is **refused at once**
+  in one line naming the holder (exit 2), before it writes anything. It does not wait: the other run is making
+  the same outputs, so waiting would only redo its work over it, after the tool had already removed them.
+
+Stdlib only; Linux names the holder (from /proc/locks), elsewhere the line says "another process".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+FOLDER = ".gpuscale"
+WORKFLOW_LOCK = "workflow.lock"
+COMMANDS_LOCK = "commands.lock"
+ENV = "GPUSCALE_WORKFLOW"  # set for the jobs of a Snakemake run that holds workflow.lock: they belong to it
+
+_held: dict[str, int] = {}  # lock path -> descriptor this process holds (shared) until it ends
+
+
+class RunLockError(RuntimeError):
+    """Another workflow is working in this folder; str() is one line."""
+
+
+def _open(name: str, folder: Path | str = ".") -> tuple[int, Path]:
+    path = Path(folder) / FOLDER / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666), path
+
+
+def _hold_shared(name: str, folder: Path | str) -> Path:
+    import fcntl
+
+    fd, path = _open(name, folder)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # only ever held exclusively for the instant of a look (_taken)
+    old = _held.pop(str(path.resolve()), None)
+    if old is not None:
+        os.close(old)
+    _held[str(path.resolve())] = fd
+    return path
+
+
+def _release(path: Path) -> None:
+    fd = _held.pop(str(path.resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _taken(name: str, folder: Path | str) -> bool:
+    """Whether another process holds `name`: it cannot be taken exclusively for a moment (tried over 0.2 s, so two
+    such looks at once never read as a holder)."""
+    import fcntl
+
+    fd, _ = _open(name, folder)
+    try:
+        for _ in range(10):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+            except BlockingIOError:
+                time.sleep(0.02)
+        return True
+    finally:
+        os.close(fd)
+
+
+def holders(name: str, folder: Path | str = ".") -> list[str]:
+    """'process PID (COMMAND)' for each process that holds the lock (Linux: /proc/locks), this one left out."""
+    path = Path(folder) / FOLDER / name
+    try:
+        inode = path.stat().st_ino
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            pid = int(fields[4])
+            if pid != os.getpid() and pid not in pids:
+                pids.append(pid)
+    return [f"process {pid} ({_command_of(pid)})" for pid in pids]
+
+
+def _command_of(pid: int) -> str:
+    """The holder's command line, shortened to one line: `gpuscale aggregate ...`, `snakemake --cores 2`."""
+    with contextlib.suppress(OSError):
+        argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        argv[:1] = [os.path.basename(a) for a in argv[:1]]
+        if len(argv) > 2 and argv[0].startswith("python") and argv[1] == "-m":  # python -m gpuscale ...
+            argv = argv[2:]
+        elif len(argv) > 1 and argv[0].startswith("python") and not argv[1].startswith("-"):  # a script's python
+            argv = [os.path.basename(argv[1]), *argv[2:]]
+        return " ".join(" ".join(argv).split())[:120]
+    return "unknown command"
+
+
+def hold_workflow(folder: Path | str = ".") -> None:
+    """For the Snakemake run (its onstart): hold workflow.lock while it lives, or refuse while a stage command
+    started outside it (by DVC or by hand) works here."""
+    path = _hold_shared(WORKFLOW_LOCK, folder)
+    if _taken(COMMANDS_LOCK, folder):
+        _release(path)
+        who = ", ".join(holders(COMMANDS_LOCK, folder)) or "another process"
+        raise RunLockError(
+            f"a gpuscale stage started outside this workflow (by dvc repro or by hand) is writing in this folder: "
+            f"{who}; two workflows here would write the same outputs: let it finish (or stop it), then run again"
+        )
+    os.environ[ENV] = str(os.getpid())
+
+
+def guard_command(command: str, folder: Path | str = ".") -> None:
+    """For a stage command: nothing to do in a job of the Snakemake run holding the folder; else hold
+    commands.lock while this process works, or refuse while a Snakemake run works here."""
+    if os.environ.get(ENV):
+        return
+    path = _hold_shared(COMMANDS_LOCK, folder)
+    if _taken(WORKFLOW_LOCK, folder):
+        _release(path)
+        who = ", ".join(holders(WORKFLOW_LOCK, folder)) or "another process"
+        raise RunLockError(
+            f"a Snakemake run is working in this folder: {who}; a second workflow here would write the same "
+            f"outputs: let it finish (or stop it), then run gpuscale {command} again"
+        )

@@ -1,0 +1,118 @@
+"""One workflow at a time in a project folder (issue 28, family 5): a Snakemake run and stage commands started by
+DVC or by hand refuse each other in one line naming the holder, before writing anything; the next run completes.
+Each case with two real processes (gpuscale.contract.runlock)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import records
+from conftest import REPO, TINY, copy_project, tool_env, write_yaml
+
+from gpuscale.contract import runlock
+
+HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from gpuscale.contract import runlock
+    getattr(runlock, sys.argv[1])(*sys.argv[2:3])
+    Path(".ready").write_text("1")
+    time.sleep(120)
+    """
+)
+
+
+def holder(folder: Path, how: str, *args: str) -> subprocess.Popen:
+    """A process holding the folder as the Snakefile's onstart does (hold_workflow) or as a stage command outside a
+    workflow does (guard_command)."""
+    (folder / ".ready").unlink(missing_ok=True)
+    env = {k: v for k, v in tool_env().items() if k != runlock.ENV}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, how, *args], cwd=folder, env=env)
+    deadline = time.monotonic() + 60
+    while not (folder / ".ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the holder never took its lock"
+        time.sleep(0.05)
+    return proc
+
+
+def run(argv: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in tool_env().items() if k != runlock.ENV} | env
+    return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
+    write_yaml(tmp_path / "o.yaml", {**TINY, "report": {"reference": ["reference/small"]}})
+    return tmp_path
+
+
+AGGREGATE = ["--reference-only", "--out", "tables", "--metrics", "m.json"]
+
+
+def gpuscale(command: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gpuscale",
+        command,
+        "--params",
+        str(REPO / "params.yaml"),
+        "--params",
+        "o.yaml",
+        *args,
+    ]
+
+
+def test_a_stage_command_while_a_snakemake_run_works_is_refused_naming_it(project):
+    proc = holder(project, "hold_workflow")
+    try:
+        done = run(gpuscale("aggregate", *AGGREGATE), project)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert lines[0].startswith("gpuscale aggregate: error: a Snakemake run is working in this folder: ")
+        assert f"process {proc.pid} (" in lines[0] and lines[0].endswith("then run gpuscale aggregate again")
+        assert not (project / "tables").exists() and not (project / "m.json").exists()
+        # a job of that run (GPUSCALE_WORKFLOW set by the run) is its own: it works
+        assert run(gpuscale("host", "--out", "h.json"), project, GPUSCALE_WORKFLOW=str(proc.pid)).returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    done = run(gpuscale("aggregate", *AGGREGATE), project)  # the run gone, the kernel freed its lock
+    assert done.returncode == 0 and (project / "tables" / "notes.json").is_file(), done.stderr
+
+
+def test_stage_commands_outside_a_workflow_run_side_by_side(project):
+    proc = holder(project, "guard_command", "data")
+    try:
+        assert run(gpuscale("host", "--out", "h.json"), project).returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_snakemake_while_a_stage_command_works_ends_in_one_line_and_the_next_run_completes(tmp_path):
+    folder = copy_project(tmp_path / "p")
+    write_yaml(folder / "o.yaml", TINY)
+    argv = ["snakemake", "results/host.json", "--cores", "1", "--configfile", "o.yaml"]
+    proc = holder(folder, "guard_command", "data")  # as `dvc repro`'s data stage, mid-way
+    try:
+        done = run(argv, folder)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert last.startswith("gpuscale: error: a gpuscale stage started outside this workflow"), done.stderr
+        assert f"process {proc.pid} (" in last and last.endswith("let it finish (or stop it), then run again")
+        assert not (folder / "results").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    done = run(argv, folder)
+    assert done.returncode == 0 and (folder / "results" / "host.json").is_file(), done.stderr[-2000:]
+    assert not (folder / ".snakemake" / "locks").exists() or not os.listdir(folder / ".snakemake" / "locks")
