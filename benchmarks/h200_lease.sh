@@ -29,7 +29,9 @@ probe() {  # probe DEVICE NAME
 probe cpu cpu
 probe cuda cuda
 mapfile -t specs < <(grep -v '^#' "$LIST")
-WORK=/tmp/lease bash benchmarks/h200_study.sh .carry/cifar-trim.zip "$OUT" $((BUDGET - 22)) \
+# the runs get what is left after the data and the probes, less the end probe's ~40 s (BUDGET - 22 from the call's
+# start ran a call past the device's 600 s on 2026-12-05: the probes had taken ~100 s of it)
+WORK=/tmp/lease bash benchmarks/h200_study.sh .carry/cifar-trim.zip "$OUT" $((BUDGET - SECONDS - 40)) \
   benchmarks/h200_pairs_gpu.yaml "${specs[@]}"
 probe cuda cuda-end
 echo "[call done at ${SECONDS}s]"

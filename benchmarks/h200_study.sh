@@ -34,6 +34,14 @@ use_overlay() {  # sets P (the params chain) and DATA (the prepared data for it)
   fi
 }
 
+# the device tool returns neither deep folders nor many files: records and logs come back as two tars
+pack() {  # pack TAR NAME...: those paths under $WORK (an empty tar when none)
+  local tarfile=$1; shift
+  if (( $# )); then tar -cf "$tarfile" -C "$WORK" "$@"; else tar -cf "$tarfile" -T /dev/null; fi
+}
+# packed again after every run, so that a call cut by the device's own limit still brings back what finished
+# (on 2026-12-05 a call ran past 600 s and brought back no record of the runs it had finished)
+pack "$OUT/records.tar" && pack "$OUT/logs.tar"
 use_overlay "$OVERLAY"
 for spec in "$@"; do
   if [[ $spec == overlay=* ]]; then use_overlay "${spec#overlay=}"; continue; fi
@@ -65,10 +73,6 @@ for spec in "$@"; do
   elif (( rc != 0 )); then echo "[failed $spec]"
   else done_runs+=("runs/$model/$device/$file"); echo "[$name finished at ${SECONDS}s]"
   fi
+  pack "$OUT/records.tar" "${done_runs[@]}" && pack "$OUT/logs.tar" "${done_logs[@]}"
 done
-# the device tool returns neither deep folders nor many files: records and logs come back as two tars
-pack() {  # pack TAR NAME...: those paths under $WORK (an empty tar when none)
-  local tarfile=$1; shift
-  if (( $# )); then tar -cf "$tarfile" -C "$WORK" "$@"; else tar -cf "$tarfile" -T /dev/null; fi
-}
 pack "$OUT/records.tar" "${done_runs[@]}" && pack "$OUT/logs.tar" "${done_logs[@]}"
