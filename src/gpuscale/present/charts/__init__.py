@@ -97,16 +97,13 @@ def save(charts: dict[str, alt.Chart], out_dir: Path) -> list[Path]:
 
     out_dir = Path(out_dir)
     bundle = vl_convert.javascript_bundle()
-    written = []
-    for name in charts:  # the specs the report requires go first and come back last: an interrupted save
-        (out_dir / f"{name}.vl.json").unlink(missing_ok=True)  # leaves charts the report says to make again
-    for name, chart in charts.items():
-        vl = spec(chart)
-        fsutil.write_text(out_dir / f"{name}.svg", vl_convert.vegalite_to_svg(fixed_width(vl)))
-        fsutil.write_text(out_dir / f"{name}.html", page(vl, chart_title(vl), bundle))
-        fsutil.write_text(out_dir / f"{name}.vl.json", json.dumps(vl) + "\n")
-        written += [out_dir / f"{name}.{ext}" for ext in ("vl.json", "svg", "html")]
-    return written
+    with fsutil.atomic_directory(out_dir) as folder:  # the set swapped in whole: an interrupted save leaves none
+        for name, chart in charts.items():
+            vl = spec(chart)
+            fsutil.write_text(folder / f"{name}.svg", vl_convert.vegalite_to_svg(fixed_width(vl)))
+            fsutil.write_text(folder / f"{name}.html", page(vl, chart_title(vl), bundle))
+            fsutil.write_text(folder / f"{name}.vl.json", json.dumps(vl) + "\n")
+    return [out_dir / f"{name}.{ext}" for name in charts for ext in ("vl.json", "svg", "html")]
 
 
 def run(tables_dir: Path, out_dir: Path, tolerance: float) -> list[Path]:
