@@ -108,17 +108,26 @@ def _command_of(pid: int) -> str:
     return "unknown command"
 
 
+def _hold_unless(mine: str, other: str, folder: Path | str, refusal) -> None:
+    """Hold `mine` (shared); where `other` is held, let go again and refuse in one line naming its holders."""
+    path = _hold_shared(mine, folder)
+    if _taken(other, folder):
+        _release(path)
+        raise RunLockError(refusal(", ".join(holders(other, folder)) or "another process"))
+
+
 def hold_workflow(folder: Path | str = ".") -> None:
     """For the Snakemake run (its onstart): hold workflow.lock while it lives, or refuse while a stage command
     started outside it (by DVC or by hand) works here."""
-    path = _hold_shared(WORKFLOW_LOCK, folder)
-    if _taken(COMMANDS_LOCK, folder):
-        _release(path)
-        who = ", ".join(holders(COMMANDS_LOCK, folder)) or "another process"
-        raise RunLockError(
-            f"a gpuscale stage started outside this workflow (by dvc repro or by hand) is writing in this folder: "
-            f"{who}; two workflows here would write the same outputs: let it finish (or stop it), then run again"
-        )
+    _hold_unless(
+        WORKFLOW_LOCK,
+        COMMANDS_LOCK,
+        folder,
+        lambda who: (
+            f"a gpuscale stage started outside this workflow (by dvc repro or by hand) is writing in this "
+            f"folder: {who}; two workflows here would write the same outputs: let it finish (or stop it), then run again"
+        ),
+    )
     os.environ[ENV] = str(os.getpid())
 
 
@@ -127,11 +136,12 @@ def guard_command(command: str, folder: Path | str = ".") -> None:
     commands.lock while this process works, or refuse while a Snakemake run works here."""
     if os.environ.get(ENV):
         return
-    path = _hold_shared(COMMANDS_LOCK, folder)
-    if _taken(WORKFLOW_LOCK, folder):
-        _release(path)
-        who = ", ".join(holders(WORKFLOW_LOCK, folder)) or "another process"
-        raise RunLockError(
+    _hold_unless(
+        COMMANDS_LOCK,
+        WORKFLOW_LOCK,
+        folder,
+        lambda who: (
             f"a Snakemake run is working in this folder: {who}; a second workflow here would write the same "
             f"outputs: let it finish (or stop it), then run gpuscale {command} again"
-        )
+        ),
+    )
