@@ -125,7 +125,8 @@ def hold_workflow(folder: Path | str = ".") -> None:
         folder,
         lambda who: (
             f"a gpuscale stage started outside this workflow (by dvc repro or by hand) is writing in this "
-            f"folder: {who}; two workflows here would write the same outputs: let it finish (or stop it), then run again"
+            f"folder: {who}; two workflows here would write the same outputs: let it finish (or stop it), "
+            "then run again"
         ),
     )
     os.environ[ENV] = str(os.getpid())
