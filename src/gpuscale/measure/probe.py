@@ -100,6 +100,11 @@ def _timed(step, device: torch.device, seconds: float, max_steps: int = 200) -> 
     """Seconds per call of step() after one warm-up call; repeats until `seconds` have passed (at least once)."""
     step()
     _sync(device)
+    return _timed_window(step, device, seconds, max_steps)
+
+
+def _timed_window(step, device: torch.device, seconds: float, max_steps: int = 50) -> tuple[float, int]:
+    """Seconds per call over one window of at least `seconds` (at least one call), the device drained; the calls."""
     count, start = 0, time.perf_counter()
     while count < max_steps and (count == 0 or time.perf_counter() - start < seconds):
         step()  # queued on a GPU; the synchronize below waits for all of them
@@ -277,21 +282,11 @@ def _timed_passes(steps: dict, device: torch.device, passes: int, seconds: float
     seen: dict[str, list[float]] = {key: [] for key in steps}
     for _ in range(passes):
         for key, step in steps.items():
-            seen[key].append(_timed_window(step, device, seconds))
+            seen[key].append(_timed_window(step, device, seconds)[0])
     return {
         key: {"seconds_per_call": statistics.median(times), "spread": max(times) / min(times), "passes": len(times)}
         for key, times in seen.items()
     }
-
-
-def _timed_window(step, device: torch.device, seconds: float, max_steps: int = 50) -> float:
-    """Seconds per call over one window of at least `seconds` (at least one call), the device drained."""
-    count, start = 0, time.perf_counter()
-    while count < max_steps and (count == 0 or time.perf_counter() - start < seconds):
-        step()
-        count += 1
-    _sync(device)
-    return (time.perf_counter() - start) / count
 
 
 def layer_table(device: torch.device, batch: int, seconds: float, names: list[str] | None = None) -> dict:
