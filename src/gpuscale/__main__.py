@@ -1,3 +1,3 @@
-from gpuscale.cli import main
+from gpuscale.cli import exit_as_module, main
 
-raise SystemExit(main())
+exit_as_module(main())

@@ -12,6 +12,7 @@ Every command takes --params, --log and --debug (tracebacks instead of the one l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import logging
@@ -19,6 +20,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 log = logging.getLogger("gpuscale")
 
@@ -41,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 PROJECT_WRITERS = ("host", "data", "train", "probe", "sentinel", "aggregate", "charts", "report", "predict")
 DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the stages of the Snakemake/DVC workflow)"
 EXIT_USAGE = 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal's number, as a shell reports it
+SIGNAL_EXITS = (EXIT_SIGINT, EXIT_SIGTERM)
 
 
 class Terminated(BaseException):
@@ -166,14 +170,45 @@ def main(argv: list[str] | None = None) -> int:
     state = {"name": ""}
     try:
         code = _dispatch(argv, state)
-    except KeyboardInterrupt:
-        code = fail(f"{_who(state)}: interrupted (SIGINT); no partial output was left: run it again to finish", 130)
-    except Terminated:
-        code = fail(f"{_who(state)}: stopped by SIGTERM; no partial output was left: run it again to finish", 143)
+    except (KeyboardInterrupt, Terminated, Exception) as err:
+        signalled = interrupt_behind(err)
+        if signalled is None:
+            raise
+        said = "interrupted (SIGINT)" if signalled is KeyboardInterrupt else "stopped by SIGTERM"
+        code = EXIT_SIGINT if signalled is KeyboardInterrupt else EXIT_SIGTERM
+        code = fail(f"{_who(state)}: {said}; no partial output was left: run it again to finish", code)
     if entry:  # the command has ended and said so: a signal while Python shuts down would only add a traceback
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
+
+
+def exit_as_module(code: int) -> NoReturn:
+    """End `python -m gpuscale` with main's code. A command a signal ended leaves through os._exit once its logs
+    and streams are flushed: under `-m`, CPython (3.11, 3.12) kills the process with SIGINT at exit (status -2, not
+    130) when a KeyboardInterrupt ever ended a string exec/eval, caught or not, and dataclasses, namedtuple and
+    typing build code that way while modules import, so Ctrl-C there was misreported. Every `with` block has
+    already cleaned up on the way out: there is nothing left for the interpreter's shutdown to do."""
+    if code not in SIGNAL_EXITS:
+        raise SystemExit(code)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: the status still tells
+            stream.flush()
+    os._exit(code)
+
+
+def interrupt_behind(err: BaseException) -> type | None:
+    """KeyboardInterrupt or Terminated where a signal ended the command, None otherwise. Python wraps a signal
+    that lands in some places: in a class body's __set_name__ while a module imports it comes as a RuntimeError
+    whose cause is the KeyboardInterrupt; cleanup code that fails on the way out chains it as the context."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (KeyboardInterrupt, Terminated)):
+            return type(err)
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _who(state: dict) -> str:
@@ -237,6 +272,8 @@ def _run_command(name: str, module, args) -> int:
     except (KeyboardInterrupt, Terminated):
         raise  # main() says it in one line
     except Exception as err:  # a bug: its traceback goes to stderr, its one line to the log file too
+        if interrupt_behind(err):
+            raise  # a signal in disguise: main() says it in one line
         fail(f"gpuscale {name}: unexpected {type(err).__name__}: {one_line(str(err))}", 1, stderr=False)
         raise
 
