@@ -116,3 +116,93 @@ def test_snakemake_while_a_stage_command_works_ends_in_one_line_and_the_next_run
     done = run(argv, folder)
     assert done.returncode == 0 and (folder / "results" / "host.json").is_file(), done.stderr[-2000:]
     assert not (folder / ".snakemake" / "locks").exists() or not os.listdir(folder / ".snakemake" / "locks")
+
+
+# ----------------------------------------------------------------------------- DVC's own lock (dvc repro removes first)
+
+DVC_HOLD = textwrap.dedent(
+    """
+    import time
+    from pathlib import Path
+    from dvc.lock import make_lock
+    Path(".dvc/tmp").mkdir(exist_ok=True)  # as dvc.repo.Repo makes it first
+    lock = make_lock(".dvc/tmp/lock", tmp_dir=".dvc/tmp")  # DVC's own lock, held while `lock` lives
+    lock.lock()
+    Path(".ready").write_text("1")
+    time.sleep(120)
+    """
+)
+
+
+def made_outputs(folder: Path) -> dict[Path, bytes]:
+    """Outputs of DVC's first stages as an earlier run left them (DVC would remove them before their commands)."""
+    outs = {folder / "results/host.json": b'{"made": "earlier"}\n', folder / "data/prepared/notes.txt": b"earlier\n"}
+    for path, text in outs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text)
+    return outs
+
+
+@pytest.mark.e2e
+def test_dvc_repro_while_a_snakemake_run_works_stops_at_dvcs_lock_and_removes_no_output(tmp_path):
+    folder = copy_project(tmp_path / "p", git=True)
+    outs = made_outputs(folder)
+    proc = holder(folder, "hold_workflow")  # as the Snakefile's onstart does, in a DVC project
+    try:
+        done = run(["dvc", "repro"], folder)
+        assert {path: path.read_bytes() for path in outs if path.exists()} == outs, done.stdout + done.stderr
+        assert done.returncode != 0 and "Unable to acquire lock" in done.stderr, done.stdout + done.stderr
+        assert os.listdir(folder / "data/prepared") == ["notes.txt"] and not (folder / "logs").exists()
+        assert (folder / ".dvc/tmp/lock").read_text() == f" {proc.pid}\n"  # what zc.lockfile writes there
+    finally:
+        proc.kill()
+        proc.wait()
+    done = run(["dvc", "repro", "--dry", "host"], folder)  # the run gone, the kernel freed DVC's lock
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_run_lets_go_of_dvcs_lock_for_its_dvc_commit_and_leaves_a_hardlink_lock_alone(tmp_path, monkeypatch):
+    import zc.lockfile
+
+    monkeypatch.delenv(runlock.ENV, raising=False)  # hold_workflow sets it for this process
+    (tmp_path / ".dvc").mkdir()
+    lock = str(tmp_path / ".dvc/tmp/lock")
+    try:
+        runlock.hold_workflow(tmp_path)
+        with pytest.raises(zc.lockfile.LockError):  # DVC's own way to its lock: held off
+            zc.lockfile.LockFile(lock)
+        runlock.release_workflow(tmp_path)  # the onsuccess, before `dvc commit`
+        zc.lockfile.LockFile(lock).close()
+        assert not runlock._taken(runlock.WORKFLOW_LOCK, tmp_path)
+        # core.hardlink_lock: DVC's lock is then a file no flock holds off, which no kernel frees: not taken
+        (tmp_path / ".dvc/config").write_text("[core]\n    hardlink_lock = true\n")
+        Path(lock).unlink()
+        runlock.hold_workflow(tmp_path)
+        assert not Path(lock).exists()
+    finally:
+        runlock.release_workflow(tmp_path)
+
+
+@pytest.mark.e2e
+def test_snakemake_while_a_dvc_command_holds_dvcs_lock_ends_in_one_line_naming_it(tmp_path):
+    folder = copy_project(tmp_path / "p")
+    write_yaml(folder / "o.yaml", TINY)
+    outs = made_outputs(folder)
+    (folder / ".ready").unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", DVC_HOLD], cwd=folder, env=tool_env())  # as `dvc status` does
+    try:
+        deadline = time.monotonic() + 60
+        while not (folder / ".ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the holder never took DVC's lock"
+            time.sleep(0.05)
+        argv = ["snakemake", "results/host.json", "--forcerun", "host", "--cores", "1", "--configfile", "o.yaml"]
+        done = run(argv, folder)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert last.startswith("gpuscale: error: a DVC command holds DVC's lock in this folder (.dvc/tmp/lock): ")
+        assert f"process {proc.pid} (" in last and last.endswith("let that command finish (or stop it), then run again")
+        assert {path: path.read_bytes() for path in outs} == outs
+        assert not runlock._taken(runlock.WORKFLOW_LOCK, folder)  # let go of with the refusal
+    finally:
+        proc.kill()
+        proc.wait()

@@ -157,6 +157,8 @@ def train_threads(wildcards):
 
 
 onsuccess:
+    # Every job done: let go of the folder (gpuscale.contract.runlock), DVC's lock included, which `dvc commit` takes.
+    runlock.release_workflow()
     # Hand the finished state to DVC, so `dvc status` agrees with what Snakemake just built.
     # Only for params.yaml alone: outputs of an overlay (e.g. the quick preset) do not match params.yaml.
     if os.path.isdir(".dvc") and PARAMS_FILES == ["params.yaml"]:

@@ -66,7 +66,8 @@ rule predict:
 
 onstart:
     # After Snakemake's own lock (two Snakemake runs are its to judge): this run holds the folder against stage
-    # commands started by DVC or by hand, or ends in one line while one works here (gpuscale.contract.runlock).
+    # commands started by DVC or by hand, and DVC's own lock (so `dvc repro` stops before it removes an output),
+    # or ends in one line while one works here (gpuscale.contract.runlock).
     try:
         runlock.hold_workflow()
     except runlock.RunLockError as err:

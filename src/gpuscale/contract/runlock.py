@@ -10,9 +10,20 @@ So, with two OS file locks (fcntl.flock, freed by the kernel however their holde
   commands may run side by side, as they may today);
 - each side takes its own lock first and then looks at the other's: whichever comes second is **refused at once**
   in one line naming the holder (exit 2), before it writes anything. It does not wait: the other run is making
-  the same outputs, so waiting would only redo its work over it, after the tool had already removed them.
+  the same outputs, so waiting would only redo its work over it.
 
-Stdlib only; Linux names the holder (from /proc/locks), elsewhere the line says "another process".
+A stage command's refusal comes too late for `dvc repro`: DVC removes a stage's outputs before it starts the
+stage's command. So where the folder is a DVC project the Snakemake run also holds DVC's own repo lock,
+`.dvc/tmp/lock`, as DVC takes it (zc.lockfile: flock, exclusive, non-blocking, the pid written in), until its jobs
+are done (release_workflow, before its onsuccess runs `dvc commit`) or it ends. DVC takes that lock around its
+whole command before it reads a stage (dvc.repo.reproduce is @locked), so `dvc repro`, `dvc exp run`,
+`dvc checkout` (and `dvc status`, `dvc push`: every locked DVC command) end on DVC's own line ("Unable to acquire
+lock") without touching an output; `--wait-for-lock` waits for the run instead. A Snakemake run that finds the
+lock held by a DVC command (after DVC's own 3 s of tries) is refused in one line naming it. Not held where DVC is
+set to `core.hardlink_lock` (a lock file that no kernel frees: a killed run would leave DVC locked out).
+
+Stdlib only (dvc's config is read where DVC is installed); Linux names the holder (from /proc/locks), elsewhere
+the line says "another process".
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ FOLDER = ".gpuscale"
 WORKFLOW_LOCK = "workflow.lock"
 COMMANDS_LOCK = "commands.lock"
 ENV = "GPUSCALE_WORKFLOW"  # set for the jobs of a Snakemake run that holds workflow.lock: they belong to it
+DVC_LOCK = Path(".dvc", "tmp", "lock")  # dvc.repo.Repo: make_lock(os.path.join(self.tmp_dir, "lock"), ...)
+DVC_TRIES = 3.0  # seconds, as DVC itself tries for its lock before giving up (dvc.lock.DEFAULT_TIMEOUT)
 
 _held: dict[str, int] = {}  # lock path -> descriptor this process holds (shared) until it ends
 
@@ -79,7 +92,10 @@ def _taken(name: str, folder: Path | str) -> bool:
 
 def holders(name: str, folder: Path | str = ".") -> list[str]:
     """'process PID (COMMAND)' for each process that holds the lock (Linux: /proc/locks), this one left out."""
-    path = Path(folder) / FOLDER / name
+    return _holders_of(Path(folder) / FOLDER / name)
+
+
+def _holders_of(path: Path) -> list[str]:
     try:
         inode = path.stat().st_ino
         lines = Path("/proc/locks").read_text().splitlines()
@@ -117,8 +133,8 @@ def _hold_unless(mine: str, other: str, folder: Path | str, refusal) -> None:
 
 
 def hold_workflow(folder: Path | str = ".") -> None:
-    """For the Snakemake run (its onstart): hold workflow.lock while it lives, or refuse while a stage command
-    started outside it (by DVC or by hand) works here."""
+    """For the Snakemake run (its onstart): hold workflow.lock, and DVC's repo lock in a DVC project, while it lives;
+    or refuse while a stage command started outside it (by DVC or by hand), or a DVC command, works here."""
     _hold_unless(
         WORKFLOW_LOCK,
         COMMANDS_LOCK,
@@ -129,7 +145,63 @@ def hold_workflow(folder: Path | str = ".") -> None:
             "then run again"
         ),
     )
+    try:
+        _hold_dvc(folder)
+    except RunLockError:
+        _release(Path(folder) / FOLDER / WORKFLOW_LOCK)
+        raise
     os.environ[ENV] = str(os.getpid())
+
+
+def release_workflow(folder: Path | str = ".") -> None:
+    """For the Snakemake run whose jobs are all done (its onsuccess, before `dvc commit`, which takes DVC's lock):
+    let go of DVC's lock and workflow.lock; the process's end lets go of them otherwise."""
+    _release(Path(folder) / DVC_LOCK)
+    _release(Path(folder) / FOLDER / WORKFLOW_LOCK)
+
+
+def _hold_dvc(folder: Path | str) -> None:
+    """Where `folder` is a DVC project: hold DVC's repo lock as DVC takes it by default (zc.lockfile.LockFile:
+    fcntl.flock LOCK_EX | LOCK_NB, then " PID" written in), trying for DVC's own 3 s; or refuse naming its holder.
+    Nothing where DVC is set to its hardlink lock (flufl.lock, which no flock holds off)."""
+    import fcntl
+
+    path = Path(folder) / DVC_LOCK
+    if not path.parent.parent.is_dir() or str(path.resolve()) in _held or _hardlink_lock(path.parent.parent):
+        return
+    path.parent.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + DVC_TRIES
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                who = ", ".join(_holders_of(path)) or "another process"
+                raise RunLockError(
+                    f"a DVC command holds DVC's lock in this folder ({DVC_LOCK}): {who}; this run holds that lock "
+                    "while it works, so that dvc repro cannot remove the outputs it makes: let that command finish "
+                    "(or stop it), then run again"
+                ) from None
+            time.sleep(0.1)
+    text = f" {os.getpid()}\n".encode()  # as zc.lockfile writes it: `cat .dvc/tmp/lock` shows this run's pid
+    os.pwrite(fd, text, 0)
+    os.ftruncate(fd, len(text))
+    _held[str(path.resolve())] = fd
+
+
+def _hardlink_lock(dvc_dir: Path) -> bool:
+    """Whether DVC's config (every level: system, global, the project's, local) sets core.hardlink_lock."""
+    try:
+        from dvc.config import Config, ConfigError
+    except ImportError:  # no dvc beside this Snakemake: read nothing, DVC's default is the flock one
+        return False
+    try:
+        return bool(Config(dvc_dir=str(dvc_dir))["core"].get("hardlink_lock", False))
+    except ConfigError:  # DVC itself stops on this config, so no dvc repro runs here
+        return False
 
 
 def guard_command(command: str, folder: Path | str = ".") -> None:
