@@ -108,6 +108,7 @@ def test_the_layer_table_sums_each_model_s_timed_calls_per_image_and_says_what_t
     expected = sum(n * seconds[key] for key, n in calls.items()) / 4
     assert table["models"]["simplecnn_half"]["seconds_per_image"] == pytest.approx(expected, rel=1e-12)
     assert table["models"]["simplecnn_half"]["layer_calls"] == sum(calls.values()) == 13
+    assert table["harness"] == 2  # the network's work only (measure/layertable.py; absent in older records: 1)
     none = probe.layer_table(torch.device("cpu"), 4, 0.0, names=["simplecnn_half", "resnet18"])
     assert none["models"] == {} and none["models_not_timed"] == ["simplecnn_half", "resnet18"]
 
@@ -127,7 +128,9 @@ def test_the_layer_table_keeps_the_median_of_interleaved_passes_so_one_pause_of_
         return run
 
     # one window per call (0 s): warm-up a, b, then passes a b | a b | a b; a's second timed call pauses 20x
-    got = probe._timed_passes({"a": step("a", 3), "b": step("b", 0)}, torch.device("cpu"), 3, 0.0)
+    from gpuscale.measure import layertable
+
+    got = layertable.timed_passes({"a": step("a", 3), "b": step("b", 0)}, torch.device("cpu"), 3, 0.0)
     assert ran == ["a", "b"] + ["a", "b"] * 3
     assert got["a"]["seconds_per_call"] < 0.01 and got["a"]["spread"] > 5 and got["a"]["passes"] == 3
     assert got["b"]["seconds_per_call"] < 0.01 and got["b"]["spread"] < 5

@@ -98,6 +98,46 @@ def test_only_probes_made_the_same_way_transfer():
     assert [x.name for x in transfer.compatible(target, others, "cpu")] == ["P"]
 
 
+def with_table(doc: dict, harness: int | None = None) -> dict:
+    """A copy of the probe with a layer table pricing `small` (harness None: the key absent, as in harness 1's)."""
+    row = {"seconds_per_image": 1e-4, "layer_calls": 3, "distinct_layer_calls": 2}
+    table = {"batch_size": 64, "models": {"small": row}, "models_not_timed": [], "layers": [], "seconds": 1.0}
+    return {**doc, "layer_table": table if harness is None else {**table, "harness": harness}}
+
+
+def test_a_cpu_probe_s_ratios_transfer_only_between_layer_tables_of_one_harness():
+    """Harness 2 times each layer call without harness 1's extra memory passes (issue 27): the two tables price
+    memory-bound models differently, so a ratio to one is no shape for the other."""
+    others = [
+        transfer.Lease("old", {"cpu": with_table(lease_probe("cpu", 1e11, lease="old"))}),
+        transfer.Lease("one", {"cpu": with_table(lease_probe("cpu", 1e11, lease="one"), 1)}),
+        transfer.Lease("new", {"cpu": with_table(lease_probe("cpu", 1e11, lease="new"), 2)}),
+    ]
+    target = with_table(lease_probe("cpu", 1e10, lease="T"), 2)
+    assert [x.name for x in transfer.compatible(target, others, "cpu")] == ["new"]
+    assert [x.name for x in transfer.compatible(with_table(target, None), others, "cpu")] == ["old", "one"]
+    assert cm.table_harness(target) == 2 and cm.table_harness(lease_probe("cpu", 1e10)) is None
+    # a GPU's layer table prices nothing (costmodel.from_probe): GPU probes transfer whatever their table
+    gpus = [transfer.Lease(str(h), {"cuda": with_table(lease_probe("cuda", 1e13), h)}) for h in (None, 2)]
+    gpus.append(transfer.Lease("none", {"cuda": lease_probe("cuda", 1e13)}))
+    assert len(transfer.compatible(lease_probe("cuda", 1e13), gpus, "cuda")) == 3
+
+
+def test_the_predict_stage_and_leave_one_lease_out_never_calibrate_a_table_by_the_other_harness():
+    def lease(name, harness):
+        probe = with_table(lease_probe("cpu", 1e11, lease=name), harness)
+        return transfer.Lease(name, {"cpu": probe}, [observation("small", "cpu", 1.3 * base(probe, "small"), name)])
+
+    leases = [lease("L0", 2), lease("L1", None), lease("L2", None)]
+    rows = transfer.leave_one_lease_out(leases, FACTS)
+    assert {r["lease"]: r["calibration"] for r in rows} == {"L1": "L2", "L2": "L1"}  # L0 has no peer: none
+    new = with_table(lease_probe("cpu", 1e12, lease="this"), 2)
+    assert predict.host_shapes({"cpu": new}, FACTS, leases)["cpu"].leases == ("L0",)
+    assert predict.host_shapes({"cpu": with_table(new, None)}, FACTS, leases)["cpu"].leases == ("L1", "L2")
+    unmatched = with_table(lease_probe("cpu", 1e12, lease="this"), 3)  # a harness no lease has: the probe alone
+    assert predict.host_shapes({"cpu": unmatched}, FACTS, leases) == {}
+
+
 def three_leases(tmp_path, monkeypatch, paces=(1.0, 2.0, 4.0)):
     """Three lease folders (probe/ + runs/) of one host, each `pace` times slower than the first on both devices,
     every record 1.3x (cpu) and 0.9x (cuda) its own probe's prediction: a shape that transfers exactly."""

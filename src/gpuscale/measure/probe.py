@@ -14,12 +14,10 @@ Training side: imports torch, never analysis or reporting libraries.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
 import os
-import statistics
 import time
 from importlib import resources
 from pathlib import Path
@@ -30,6 +28,9 @@ from torch import nn
 from gpuscale.contract import conditions, fsutil
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import envinfo, sentinel
+from gpuscale.measure.layertable import TABLE_BATCH_CPU, layer_table
+from gpuscale.measure.layertable import sync as _sync
+from gpuscale.measure.layertable import timed_window as _timed_window
 from gpuscale.models import nets
 from gpuscale.models import registry as models
 
@@ -57,13 +58,6 @@ SHARES = {
     "input_pipeline": 0.13,
     "layer_table": 0.60,
 }
-# The layer table's batch (CPUs only, at most train.batch_size): per image, the dev box's 2 cores cost about the
-# same at 64 as at 128 (23 models), in half the probe's time; the H200 host's 16 threads cost more at 64.
-TABLE_BATCH_CPU = 64
-# Each distinct layer call is timed in TABLE_PASSES windows of at least this long (at least one call each) after
-# its warm-up call, the passes going round a model's new calls; the median pass is kept.
-TABLE_SECONDS_PER_LAYER = 0.001
-TABLE_PASSES = 3
 LAYER_STACK = 16  # conv + batch-norm blocks in the per-layer measurement: 2 parameterised layers each
 
 
@@ -91,26 +85,11 @@ def validate(doc: dict, source: str = "probe record") -> None:
         raise ProbeError(f"{source}: {where}: {error.message}")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(step, device: torch.device, seconds: float, max_steps: int = 200) -> tuple[float, int]:
     """Seconds per call of step() after one warm-up call; repeats until `seconds` have passed (at least once)."""
     step()
     _sync(device)
     return _timed_window(step, device, seconds, max_steps)
-
-
-def _timed_window(step, device: torch.device, seconds: float, max_steps: int = 50) -> tuple[float, int]:
-    """Seconds per call over one window of at least `seconds` (at least one call), the device drained; the calls."""
-    count, start = 0, time.perf_counter()
-    while count < max_steps and (count == 0 or time.perf_counter() - start < seconds):
-        step()  # queued on a GPU; the synchronize below waits for all of them
-        count += 1
-    _sync(device)
-    return (time.perf_counter() - start) / count, count
 
 
 class _Attention(nn.Module):
@@ -253,76 +232,6 @@ def optimizer_seconds(device: torch.device, seconds: float) -> float:
     optimizer = torch.optim.Adam(params, lr=1e-3)
     per_step, _ = _timed(optimizer.step, device, seconds)
     return per_step / sum(p.numel() for p in params)
-
-
-def _layer_step(call: nets.LayerCall, device: torch.device, batch: int):
-    """One layer call's forward and backward as the network makes it (its input's gradient where the network
-    needs one), on a fresh copy of the module."""
-    module = copy.deepcopy(call.module).to(device).train()
-    inputs = call.inputs(batch, device)
-    inplace = bool(getattr(module, "inplace", False))
-
-    def step():
-        args = [a.clone() if inplace and isinstance(a, torch.Tensor) else a for a in inputs]
-        out = module(*args, **call.kwargs)
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        grads = [o.sum() for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
-        if grads:
-            sum(grads).backward()
-
-    return step
-
-
-def _timed_passes(steps: dict, device: torch.device, passes: int, seconds: float) -> dict[str, dict]:
-    """Each step timed in `passes` rounds that go round all of them (RMIT in small: a pause of the host lands
-    in one pass of a layer, not in all), after one warm-up call each; per step the median pass and its spread."""
-    for step in steps.values():
-        step()
-    _sync(device)
-    seen: dict[str, list[float]] = {key: [] for key in steps}
-    for _ in range(passes):
-        for key, step in steps.items():
-            seen[key].append(_timed_window(step, device, seconds)[0])
-    return {
-        key: {"seconds_per_call": statistics.median(times), "spread": max(times) / min(times), "passes": len(times)}
-        for key, times in seen.items()
-    }
-
-
-def layer_table(device: torch.device, batch: int, seconds: float, names: list[str] | None = None) -> dict:
-    """Every distinct leaf-layer call of the registry's models (nets.layer_calls) timed forward + backward at
-    `batch`, the models in registry order until `seconds` are spent; per model, the sum over its calls, per image.
-    A model's new calls are timed in TABLE_PASSES interleaved passes, the median kept (one pass of one layer once
-    ran 30x slow on the H200 host, and the old single window priced the whole model from it).
-    A model whose calls were not all timed in time is left out (the cost model falls back to its rates by kind)."""
-
-    start = time.perf_counter()
-    timed: dict[str, dict] = {}
-    per_model: dict[str, dict] = {}
-    skipped: list[str] = []
-    for name in names or list(models.MODEL_NAMES):
-        if time.perf_counter() - start >= seconds:
-            skipped.append(name)
-            continue
-        torch.manual_seed(0)
-        calls, protos = nets.layer_calls(models.build(name, 10))
-        steps = {key: _layer_step(call, device, batch) for key, call in protos.items() if key not in timed}
-        for key, row in _timed_passes(steps, device, TABLE_PASSES, TABLE_SECONDS_PER_LAYER).items():
-            timed[key] = {"layer": key, **row}
-        del steps
-        per_model[name] = {
-            "seconds_per_image": sum(n * timed[key]["seconds_per_call"] for key, n in calls.items()) / batch,
-            "layer_calls": sum(calls.values()),
-            "distinct_layer_calls": len(calls),
-        }
-    return {
-        "batch_size": batch,
-        "passes": TABLE_PASSES,
-        "models": per_model,
-        "models_not_timed": skipped,
-        "layers": sorted(timed.values(), key=lambda row: row["layer"]),
-        "seconds": time.perf_counter() - start,
-    }
 
 
 def host_to_device(device: torch.device, seconds: float) -> float | None:

@@ -275,6 +275,17 @@ def predict_epoch(cal: Calibration, facts: ModelFacts, images: int = 50_000, bat
     }
 
 
+def table_harness(probe: dict) -> int | None:
+    """Which harness timed the layer table that prices the probe's device (a CPU's: from_probe), from
+    layer_table.harness (1 where absent: records made before issue 27's fix); None where no table prices it. The two
+    harnesses' tables are different quantities (gpuscale.measure.layertable): a ratio to one never transfers to
+    the other (transfer.compatible)."""
+    table = probe.get("layer_table") or {}
+    if not str(probe.get("device", "")).startswith("cpu") or not table.get("models"):
+        return None
+    return int(table.get("harness", 1))
+
+
 def from_probe(probe: dict, variant: str = "paper") -> Calibration:
     """A probe record -> the constants it measured (an eager, default-precision step; host DataLoader)."""
     if probe.get("status") != "measured":

@@ -57,10 +57,11 @@ class Lease:
     pipeline_logs: list[float] = field(default_factory=list)
 
     def probe_kind(self, device: str) -> tuple:
-        """What the probe measured, as far as the ratios depend on it: its schema and its input pipeline's data."""
+        """What the probe measured, as far as the ratios depend on it: its schema, its input pipeline's data and
+        the harness of the layer table that prices a CPU (costmodel.table_harness; None where none does)."""
         probe = self.probes.get(device) or {}
         pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
-        return probe.get("schema_version"), pipeline.get("source", "synthetic")
+        return probe.get("schema_version"), pipeline.get("source", "synthetic"), cm.table_harness(probe)
 
 
 def _measured(probe: dict | None) -> bool:
@@ -244,7 +245,8 @@ def speedup(cpu: dict, gpu: dict) -> dict:
 
 def compatible(target: Lease | dict, others: list[Lease], device: str) -> list[Lease]:
     """The calibration leases whose probe of `device` measured what the target's did (same schema, same input
-    pipeline data): a ratio to a probe transfers only to a probe made the same way. None: no transfer."""
+    pipeline data, a CPU's layer table timed by the same harness): a ratio to a probe transfers only to a probe
+    made the same way. None: no transfer."""
     kind = target.probe_kind(device) if isinstance(target, Lease) else Lease("", {device: target}).probe_kind(device)
     return [lease for lease in others if device in lease.probes and lease.probe_kind(device) == kind]
 
