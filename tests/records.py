@@ -128,7 +128,7 @@ def make(
 
 
 def sentinel(values: dict[str, float], device: str = "cpu", spread: float = 0.01) -> dict:
-    """A hand-made sentinel (gpuscale.sentinel's shape) with the given component values."""
+    """A hand-made sentinel (gpuscale.measure.sentinel's shape) with the given component values."""
     units = {
         "gpu_launch": ("s/op", "lower"),
         "memory_bandwidth": ("bytes/s", "higher"),

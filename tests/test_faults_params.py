@@ -166,8 +166,8 @@ SCALARS = st.text(alphabet="0123456789._-+eEoxbBaAfFnNlLtTrRuUsSyYiI:~ _", min_s
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(text=SCALARS)
 def test_the_yaml_1_2_reading_is_ruamel_yamls(text):
-    """gpuscale.params holds ruamel.yaml's YAML 1.2 reading itself (bare GPU hosts have no ruamel): the same as
-    ruamel.yaml's for any plain scalar, so a file gpuscale accepts is read alike by DVC."""
+    """gpuscale.contract.yamlcheck holds ruamel.yaml's YAML 1.2 reading itself (bare GPU hosts have no ruamel): the
+    same as ruamel.yaml's for any plain scalar, so a file gpuscale accepts is read alike by DVC."""
     import warnings
 
     from ruamel.yaml import YAML

@@ -299,8 +299,9 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
     assert cpu in sentinels and gpu in sentinels
     assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
-    # judged as gpuscale.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table now, one
-    # row per component beyond its noise (source, variant, seed and round, one value in every row, in its caption)
+    # judged as gpuscale.contract.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table
+    # now, one row per component beyond its noise (source, variant, seed and round, one value in every row, in its
+    # caption)
     drift = [[c["text"] for c in row] for row in section["drift"]["rows"]]
     assert drift == [
         ["simplecnn", "CPU", "aaaaaaaa…", "input pipeline, one process", "0.75 (25% slower)"],

@@ -375,7 +375,7 @@ PAIRING_WORDS = {
     "cross-lease": "across machine leases †",
     "unknown": "lease not recorded ‡",
 }
-# gpuscale.sentinel's components as a reader reads them (that module needs torch; the words live here)
+# gpuscale.measure.sentinel's components as a reader reads them (that module needs torch; the words live here)
 SENTINEL_COMPONENTS = {
     "pipeline_one_process": "input pipeline, one process",
     "pipeline_workers": "input pipeline, loader workers",

@@ -1,6 +1,6 @@
 """The aggregation stage: run records -> Polars tables, metrics and fits.
 
-Reads every record through gpuscale.record.load() (which upgrades older schema versions, so no fallbacks
+Reads every record through gpuscale.contract.record.load() (which upgrades older schema versions, so no fallbacks
 across versions here); writes the tables of gpuscale.analyze.tables to results/tables
 as CSV (to read) and Parquet (typed, for the charts and the report), notes.json and results/metrics.json.
 Output is deterministic: rows sorted, columns in a fixed order, so rerunning on the same records changes no byte.
@@ -54,8 +54,8 @@ def load_all(
     sources: dict[str, list[Path]], skip_bad: bool = False, lenient: tuple[str, ...] = ()
 ) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
     """(source, path, record) for every listed record, and the skipped ones. A record is data from outside: it must
-    read (gpuscale.record.load: schema, finite figures), lie where its key says and not repeat a run of its lease;
-    one source's runs of one key come from one host. A bad record in a `lenient` source (a reference folder) is
+    read (gpuscale.contract.record.load: schema, finite figures), lie where its key says and not repeat a run of its
+    lease; one source's runs of one key come from one host. A bad record in a `lenient` source (a reference folder) is
     skipped and listed (the report shows it); in the study's own records it stops the stage unless skip_bad."""
     loaded, skipped = [], []
     seen: dict[tuple, Path] = {}

@@ -186,7 +186,7 @@ FITS_SCHEMA = {
 CONDITIONS_SCHEMA = {
     **KEY_SCHEMA,
     "when": pl.String,  # before or after
-    "component": pl.String,  # a gpuscale.sentinel component
+    "component": pl.String,  # a gpuscale.measure.sentinel component
     "value": pl.Float64,  # in base units (images/s, FLOP/s, bytes/s, s/op)
     "unit": pl.String,
     "faster": pl.String,  # higher or lower: which way a faster machine moves the value

@@ -1,7 +1,7 @@
 """What a record says of the machine state it was measured in (its `conditions`), torch-free: the sentinel's
 components and units, the drift between the sentinels before and after a job, and how they read.
 
-gpuscale.sentinel measures (torch, on the training path); this module judges and formats, so the training stage,
+gpuscale.measure.sentinel measures (torch, on the training path); this module judges and formats, so the training stage,
 the record reader and the analysis share one rule. Which components the sentinel keeps was decided by what moved
 with the epochs between three H200 leases (docs/conditions.md): `pipeline_one_process`, `pipeline_workers`,
 `memory_bandwidth` and `gpu_launch` moved in step with the CPU and GPU epochs (lease to lease and record to record);

@@ -113,6 +113,11 @@ def table(
     }
 
 
+def table_if_rows(name: str, caption: str, frame: pl.DataFrame) -> dict | None:
+    """`table`, or None where the frame has no rows: the section's template then leaves the table out."""
+    return None if frame.is_empty() else table(name, caption, frame)
+
+
 def _measured_sources(speedup: pl.DataFrame) -> list[str]:
     """Sources in the page's order: this host first, then reference folders."""
     found = speedup["source"].unique().to_list()

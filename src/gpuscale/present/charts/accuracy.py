@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from gpuscale.present.charts.labels import Plot, _labels, label_rows
-from gpuscale.present.charts.style import HEIGHT, Style, _empty, _title
+from gpuscale.present.charts.style import HEIGHT, Style, _empty, _title, framed, named
 
 
 def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart:
@@ -32,9 +32,8 @@ def accuracy(speedup: pl.DataFrame, tolerance: float, style: Style) -> alt.Chart
     )
     x = alt.X("cpu_accuracy:Q", scale=scale, title="CPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
     y = alt.Y("gpu_accuracy:Q", scale=scale, title="GPU test accuracy", axis=alt.Axis(format=".0%", tickCount=6))
-    return alt.layer(*_parity_band(band, scale, x, y), *_accuracy_points(shown, x, y, style)).properties(
-        title=title, width="container", height=HEIGHT, description="Test accuracy, CPU against GPU"
-    )
+    layers = [*_parity_band(band, scale, x, y), *_accuracy_points(shown, x, y, style)]
+    return framed(alt.layer(*layers), title, "Test accuracy, CPU against GPU")
 
 
 def _parity_band(band: pl.DataFrame, scale, x, y) -> list:
@@ -59,25 +58,14 @@ def _accuracy_points(shown: pl.DataFrame, x, y, style: Style) -> list:
     frame = shown.select(
         "source", "variant", "model", "cpu_accuracy", "gpu_accuracy", "accuracy_difference", "accuracy_parity"
     ).with_columns(pl.when(pl.col("accuracy_parity")).then(pl.lit("yes")).otherwise(pl.lit("no")).alias("agrees"))
-    points = (
-        alt.Chart(frame)
-        .mark_point(filled=True, size=80)
-        .encode(
-            x=x,
-            y=y,
-            color=style.colour(present),
-            shape=style.shape(variants),
-            tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("variant:N", title="variant"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("cpu_accuracy:Q", format=".2%", title="CPU test accuracy"),
-                alt.Tooltip("gpu_accuracy:Q", format=".2%", title="GPU test accuracy"),
-                alt.Tooltip("accuracy_difference:Q", format="+.2%", title="GPU − CPU"),
-                alt.Tooltip("agrees:N", title="within the tolerance"),
-            ],
-        )
-    )
+    tooltip = [
+        *named("source", "variant", "model"),
+        alt.Tooltip("cpu_accuracy:Q", format=".2%", title="CPU test accuracy"),
+        alt.Tooltip("gpu_accuracy:Q", format=".2%", title="GPU test accuracy"),
+        alt.Tooltip("accuracy_difference:Q", format="+.2%", title="GPU − CPU"),
+        alt.Tooltip("agrees:N", title="within the tolerance"),
+    ]
+    points = style.points(frame, x, y, tooltip, present, variants, filled=True, size=80)
     placed = label_rows(frame, "cpu_accuracy", "gpu_accuracy", Plot.of(x, y, HEIGHT))
     return [points, *_labels(placed, x, y)]
 

@@ -10,7 +10,7 @@ import polars as pl
 from gpuscale.analyze import analysis
 from gpuscale.analyze.tables import PAPER_SOURCE, Fit, paper_frame
 from gpuscale.present.charts.labels import Plot, _by_importance, _labels, label_rows
-from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _title
+from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _title, framed, named
 
 
 def _amdahl_curves(speedup: pl.DataFrame, fits: pl.DataFrame) -> tuple[list[dict], list[dict]]:
@@ -73,26 +73,16 @@ def _amdahl_markers(marks: list[dict], ydomain: list, x, y, style: Style, presen
     xdomain = list(AMDAHL_N)
     clamped = _by_importance(marks_frame.with_columns(pl.col("N").clip(*xdomain)), "N")
     labels = label_rows(clamped, "N", "S", Plot(tuple(xdomain), tuple(ydomain), HEIGHT + 60))
+    tooltip = [
+        *tooltip,
+        alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
+        alt.Tooltip("S:Q", format=".2f", title="measured speedup (×)"),
+        alt.Tooltip("position:N", title="where the marker sits"),
+    ]
     for filled in (True, False):
         subset = marks_frame.filter(pl.col("k_known") == filled)
-        if subset.is_empty():
-            continue
-        layers.append(
-            alt.Chart(subset)
-            .mark_point(filled=filled, size=90, strokeWidth=2)
-            .encode(
-                x=x,
-                y=y,
-                color=style.colour(present),
-                shape=style.shape(variants),
-                tooltip=[
-                    *tooltip,
-                    alt.Tooltip("N:Q", format=".1f", title="N = k · P"),
-                    alt.Tooltip("S:Q", format=".2f", title="measured speedup (×)"),
-                    alt.Tooltip("position:N", title="where the marker sits"),
-                ],
-            )
-        )
+        if not subset.is_empty():
+            layers.append(style.points(subset, x, y, tooltip, present, variants, filled=filled, size=90, strokeWidth=2))
     return layers + _labels(labels, x, y)
 
 
@@ -126,12 +116,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         axis=alt.Axis(labelExpr=TIMES),
         title="speedup S(N)",
     )
-    tooltip = [
-        alt.Tooltip("source:N", title="source"),
-        alt.Tooltip("variant:N", title="variant"),
-        alt.Tooltip("model:N", title="model"),
-        alt.Tooltip("P:Q", format=".4f", title="parallel share P"),
-    ]
+    tooltip = [*named("source", "variant", "model"), alt.Tooltip("P:Q", format=".4f", title="parallel share P")]
     line = (
         amdahl_curve_points(alt.Chart(pl.DataFrame(curves)))
         .mark_line(strokeWidth=1.2, opacity=0.7)
@@ -140,9 +125,7 @@ def amdahl(speedup: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
         )
     )
     layers = [line, *_amdahl_markers(marks, ydomain, x, y, style, present, variants, tooltip)]
-    return alt.layer(*layers).properties(
-        title=title, width="container", height=HEIGHT + 60, description="Amdahl's law per model"
-    )
+    return framed(alt.layer(*layers), title, "Amdahl's law per model", HEIGHT + 60)
 
 
 def charts(tables: dict, style: Style, tolerance: float) -> dict[str, alt.Chart]:

@@ -7,7 +7,7 @@ import polars as pl
 
 from gpuscale import words
 from gpuscale.contract.record import PHASES as PHASE_ORDER
-from gpuscale.present.charts.style import Style, _empty, _mapped, _title
+from gpuscale.present.charts.style import Style, _empty, _mapped, _title, framed, named
 from gpuscale.present.charts.usage import _row_label
 
 
@@ -24,7 +24,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
     if phase_table.is_empty():
         return _empty(title, "No phase profile in these records (train.phase_profile_steps: 0, or schema 1 records).")
     data, rows = _phase_rows(phase_table, runs)
-    return (
+    bars = (
         alt.Chart(data)
         .mark_bar()
         .encode(
@@ -42,21 +42,12 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
             order=alt.Order("phase_order:Q"),
             tooltip=PHASE_TOOLTIP,
         )
-        .properties(
-            title=title,
-            width="container",
-            height=max(120, 16 * len(rows)),
-            description="Where a training step's time goes",
-        )
     )
+    return framed(bars, title, "Where a training step's time goes", max(120, 16 * len(rows)))
 
 
 PHASE_TOOLTIP = [
-    alt.Tooltip("source:N", title="source"),
-    alt.Tooltip("model:N", title="model"),
-    alt.Tooltip("device_words:N", title="device"),
-    alt.Tooltip("variant:N", title="variant"),
-    alt.Tooltip("phase_words:N", title="phase"),
+    *named("source", "model", "device_words", "variant", "phase_words"),
     alt.Tooltip("fraction:Q", format=".1%", title="share of a step"),
     alt.Tooltip("seconds_per_epoch:Q", format=".3f", title="seconds per steady epoch"),
     alt.Tooltip("seconds_per_step:Q", format=".5f", title="seconds per step"),

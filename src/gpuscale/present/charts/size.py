@@ -10,7 +10,7 @@ import polars as pl
 from gpuscale import words
 from gpuscale.analyze.tables import FIT_FLOPS, FIT_PARAMETERS, PAPER_SOURCE, paper_frame, verdict
 from gpuscale.present.charts.labels import Plot, _by_importance, _labels, label_rows
-from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _mapped, _title
+from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _mapped, _title, framed, named
 
 
 def _fit_lines(speedup: pl.DataFrame, fits: pl.DataFrame, column: str, fit_name: str) -> pl.DataFrame:
@@ -169,9 +169,7 @@ def _size_axes(measured: pl.DataFrame, column: str, axis: str) -> tuple[alt.X, a
 
 def _size_tooltip(column: str) -> list[alt.Tooltip]:
     return [
-        alt.Tooltip("source_words:N", title="source"),
-        alt.Tooltip("variant:N", title="variant"),
-        alt.Tooltip("model:N", title="model"),
+        *named("source_words", "variant", "model"),
         alt.Tooltip(f"{column}:Q", format=".3~s", title=words.column(column)),
         alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
         alt.Tooltip("speedup_ci_low:Q", format=".2f", title="95% interval low (×)"),
@@ -197,11 +195,7 @@ def _size_lines(measured, lines, x, y, style: Style, present, variants) -> list:
                 y=y,
                 color=style.colour(present),
                 strokeDash=style.dash(variants),
-                tooltip=[
-                    alt.Tooltip("source:N", title="source"),
-                    alt.Tooltip("variant:N", title="variant"),
-                    alt.Tooltip("fit:N", title="power-law fit"),
-                ],
+                tooltip=[*named("source", "variant"), alt.Tooltip("fit:N", title="power-law fit")],
             )
         )
     with_interval = measured.filter(pl.col("speedup_ci_low").is_not_null())
@@ -237,18 +231,14 @@ def speedup_vs_size(
     labels = label_rows(
         _by_importance(measured, column), column, "speedup", Plot(tuple(xdomain), tuple(ydomain), HEIGHT)
     )
-    points = (
-        alt.Chart(measured)
-        .mark_point(filled=True, size=80, opacity=0.9)
-        .encode(x=x, y=y, color=style.colour(present), shape=style.shape(variants), tooltip=_size_tooltip(column))
-    )
+    points = style.points(measured, x, y, _size_tooltip(column), present, variants, filled=True, size=80, opacity=0.9)
     layers = [
         *_size_lines(measured, lines, x, y, style, present, variants),
         *_crossing_rings(measured, x, y, column),
         points,
         *_labels(labels, x, y),
     ]
-    return alt.layer(*layers).properties(title=chart_title, width="container", height=HEIGHT, description=title)
+    return framed(alt.layer(*layers), chart_title, title)
 
 
 def charts(tables: dict, style: Style, tolerance: float) -> dict[str, alt.Chart]:

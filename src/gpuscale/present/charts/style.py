@@ -1,5 +1,6 @@
 """The charts' one visual language: a source keeps one colour, a device another, a variant its dash and shape
-(gpuscale.words); titles wrapped for a phone; axes in the reader's units; an empty chart that says why."""
+(gpuscale.words); titles wrapped for a phone; axes in the reader's units; an empty chart that says why. What every
+family shares: the frame of its charts (framed), its points (Style.points), the tooltips naming a mark (named)."""
 
 from __future__ import annotations
 
@@ -50,21 +51,27 @@ class Style:
         return [v for v in self.variants if present is None or v in set(present)] or list(self.variants)
 
     def dash(self, present=None) -> alt.StrokeDash:
+        return self._by_variant(alt.StrokeDash, 0, present)
+
+    def shape(self, present=None) -> alt.Shape:
+        return self._by_variant(alt.Shape, 1, present)
+
+    def _by_variant(self, channel, part: int, present):
+        """A channel by variant in its page-wide dash (part 0) or shape (part 1)."""
         shown = self._variants(present)
-        return alt.StrokeDash(
+        return channel(
             "variant:N",
             title="variant",
-            scale=alt.Scale(domain=shown, range=[self.variants[v][0] for v in shown]),
+            scale=alt.Scale(domain=shown, range=[self.variants[v][part] for v in shown]),
             legend=None,  # in words, in the subtitle (Style.key)
         )
 
-    def shape(self, present=None) -> alt.Shape:
-        shown = self._variants(present)
-        return alt.Shape(
-            "variant:N",
-            title="variant",
-            scale=alt.Scale(domain=shown, range=[self.variants[v][1] for v in shown]),
-            legend=None,  # in words, in the subtitle (Style.key)
+    def points(self, frame: pl.DataFrame, x, y, tooltip: list, present, variants, **mark) -> alt.Chart:
+        """The frame's points in the page's language: a source's colour and a variant's shape, with the tooltip."""
+        return (
+            alt.Chart(frame)
+            .mark_point(**mark)
+            .encode(x=x, y=y, color=self.colour(present), shape=self.shape(variants), tooltip=tooltip)
         )
 
 
@@ -96,6 +103,17 @@ def _title(text: str, subtitle: str | list[str] = "", frame: pl.DataFrame | None
     wrapped = [part for line in lines if line for part in textwrap.wrap(line, SUBTITLE_CHARS)]
     title = textwrap.wrap(text, TITLE_CHARS)
     return alt.Title(title if len(title) > 1 else text, subtitle=wrapped, anchor="start")
+
+
+def named(*fields: str) -> list[alt.Tooltip]:
+    """The tooltips that say what a mark stands for (source, variant, model, device...), titled without '_words'."""
+    return [alt.Tooltip(f"{field}:N", title=field.removesuffix("_words")) for field in fields]
+
+
+def framed(chart, title: alt.Title, description: str, height: int = HEIGHT) -> alt.Chart:
+    """A family's chart in the page's frame: its title, the container's width, a height, the words a screen reader
+    says for it."""
+    return chart.properties(title=title, width="container", height=height, description=description)
 
 
 def _empty(title: alt.Title, message: str) -> alt.Chart:

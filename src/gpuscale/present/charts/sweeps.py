@@ -11,7 +11,7 @@ import polars as pl
 
 from gpuscale.analyze.tables import Fit
 from gpuscale.present.charts.labels import AT_END, Plot, _labels, label_rows
-from gpuscale.present.charts.style import HEIGHT, TIMES_AXIS, Style, _empty, _log_domain, _title
+from gpuscale.present.charts.style import HEIGHT, TIMES_AXIS, Style, _empty, _log_domain, _title, framed, named
 
 
 def _thread_curves(data: pl.DataFrame, fits: pl.DataFrame) -> list[dict]:
@@ -81,7 +81,7 @@ def sweep_chart(sweep: Sweep, frame: pl.DataFrame, shown: pl.DataFrame, style: S
     xf, yf = x.to_dict()["field"], y.to_dict()["field"]
     ends = label_rows(_end_labels(shown, xf, yf, ["source", "model", "variant"]), xf, yf, Plot.of(x, y, HEIGHT), AT_END)
     layers = [*(under(shown, x, y, present) if under else []), marks, *_labels(ends, x, y)]
-    return alt.layer(*layers).properties(title=title, width="container", height=HEIGHT, description=sweep.description)
+    return framed(alt.layer(*layers), title, sweep.description)
 
 
 def _log2(values: pl.Series, title: str) -> alt.X:
@@ -97,11 +97,7 @@ def _from_zero(values, title: str, **axis) -> alt.Y:
     return alt.Y(f"{values.name}:Q", scale=scale, title=title, axis=alt.Axis(**axis))
 
 
-SWEEP_KEYS = (
-    alt.Tooltip("source:N", title="source"),
-    alt.Tooltip("model:N", title="model"),
-    alt.Tooltip("variant:N", title="variant"),
-)
+SWEEP_KEYS = tuple(named("source", "model", "variant"))
 
 
 THREADS = Sweep(
@@ -165,7 +161,7 @@ SCALING = Sweep(
     ),
     tooltip=(
         *SWEEP_KEYS,
-        alt.Tooltip("device:N", title="device"),
+        *named("device"),
         alt.Tooltip("global_batch_size:Q", title="global batch size"),
         alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
         alt.Tooltip("efficiency:Q", format=".0%", title="efficiency"),
@@ -198,7 +194,7 @@ def threads(sweeps: pl.DataFrame, fits: pl.DataFrame, style: Style) -> alt.Chart
                 y=y,
                 color=style.colour(present),
                 detail="model:N",
-                tooltip=[alt.Tooltip("model:N", title="model"), alt.Tooltip("fit:N", title="Amdahl fit")],
+                tooltip=[*named("model"), alt.Tooltip("fit:N", title="Amdahl fit")],
             )
         ]
 

@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from gpuscale import words
-from gpuscale.present.charts.style import DEVICE_COLOUR, Style, _empty, _log_domain, _mapped, _title
+from gpuscale.present.charts.style import DEVICE_COLOUR, Style, _empty, _log_domain, _mapped, _title, framed, named
 
 
 def _model_order(frame: pl.DataFrame) -> list[str]:
@@ -59,7 +59,7 @@ def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: 
         .to_list()
     )
     fmt = ".3~s" if "images" in column else ".2f"
-    return (
+    points = (
         alt.Chart(data)
         .mark_point(filled=True, size=70)
         .encode(
@@ -72,17 +72,14 @@ def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: 
             ),
             color=DEVICE_COLOUR,
             tooltip=[
-                alt.Tooltip("source:N", title="source"),
-                alt.Tooltip("model:N", title="model"),
-                alt.Tooltip("device_words:N", title="device"),
-                alt.Tooltip("variant:N", title="variant"),
+                *named("source", "model", "device_words", "variant"),
                 alt.Tooltip(f"{column}:Q", format=fmt, title=axis),
                 alt.Tooltip("seeds:Q", title="runs (median over them)"),
                 alt.Tooltip("host:N", title="host"),
             ],
         )
-        .properties(title=chart_title, width="container", height=max(120, 18 * len(order)), description=title)
     )
+    return framed(points, chart_title, title, max(120, 18 * len(order)))
 
 
 def charts(tables: dict, style: Style, tolerance: float) -> dict[str, alt.Chart]:

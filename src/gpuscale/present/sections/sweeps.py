@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import polars as pl
-
-from gpuscale.present.page import Page, table
+from gpuscale.present.page import Page, table_if_rows
 
 ID = "sweeps"
 NAV = "Sweeps and scaling"
@@ -33,10 +31,5 @@ global batch is N times larger (and the learning rate is not scaled).</p>
 
 
 def context(page: Page) -> dict:
-    return {"scaling": scaling_table(page.tables["scaling"])}
-
-
-def scaling_table(scaling: pl.DataFrame) -> dict | None:
-    if scaling.is_empty():
-        return None
-    return table("scaling", "Data-parallel runs against one device of the same kind.", scaling.drop("extrapolated"))
+    scaling = page.tables["scaling"].drop("extrapolated")
+    return {"scaling": table_if_rows("scaling", "Data-parallel runs against one device of the same kind.", scaling)}

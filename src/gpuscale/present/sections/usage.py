@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import polars as pl
-
-from gpuscale.present.page import Page, table
+from gpuscale.present.page import Page, table_if_rows
 
 ID = "usage"
 NAV = "Hardware or usage"
@@ -29,15 +27,9 @@ hardware and usage.</p>{% endif %}
 
 
 def context(page: Page) -> dict:
-    return {"gains": gains_table(page.tables["gains"])}
-
-
-def gains_table(gains: pl.DataFrame) -> dict | None:
-    if gains.is_empty():
-        return None
-    return table(
-        "gains",
+    gains = page.tables["gains"].sort("source", "model", "device", "variant")
+    caption = (
         "Each device's gain from the paper variant to another, per model: over the whole run (compilation included) "
-        "and over steady epochs.",
-        gains.sort("source", "model", "device", "variant"),
+        "and over steady epochs."
     )
+    return {"gains": table_if_rows("gains", caption, gains)}
