@@ -195,3 +195,34 @@ def model_file(spec: str, key: str) -> tuple[Path, str]:
 def params_files(files: Iterable) -> list[Path]:
     """The --params files, each an existing file (a FIFO would block the read, a folder is named as such)."""
     return [resolve_input(f, "--params", kind="file", fix="pass --params with an existing params file") for f in files]
+
+
+def read_regular(path, limit: int, what: str) -> bytes:
+    """The bytes of a file found inside an input folder (a record under a reference folder), read only when it is a
+    regular file of at most `limit` bytes: a FIFO named x.json would block the stage forever, and a link to
+    /dev/zero, or a file of gigabytes, would fill the memory. PathError otherwise, naming the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise PathError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PathError(f"{path}: {_kind_words(info.st_mode)}, not a {what}; remove it")
+        if info.st_size > limit:
+            raise PathError(f"{path}: {_size(info.st_size)}, larger than any {what} (at most {_size(limit)})")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):  # a file growing while read stops at limit too
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise PathError(f"{path}: larger than any {what} (at most {_size(limit)})")
+        return b"".join(chunks)
+    except OSError as err:
+        raise PathError(f"{path}: cannot read ({err.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size:,} bytes"
