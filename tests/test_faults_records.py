@@ -248,3 +248,36 @@ def test_a_linked_folder_in_a_reference_folder_is_named(tmp_path, monkeypatch):
     result = aggregate.run([], ["reference/small"], tmp_path / "tables", tmp_path / "m.json", 0.02)
     (entry,) = result["skipped_records"]
     assert entry["path"] == "reference/small/more" and "a link to a folder, not followed" in entry["reason"]
+
+
+@pytest.mark.parametrize("where", ["--probes", "a reference folder"])
+@pytest.mark.parametrize("change", ["NaN", "1e400", "fifo"])
+def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypatch, capsys, where, change):
+    """A NaN in a probe record gave NaN predictions in results/predict/host.csv, with exit 0."""
+    from conftest import TINY, write_yaml
+
+    from gpuscale import cli
+
+    records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
+    for folder in ("probes", "reference/small/probe"):
+        (tmp_path / folder).mkdir(parents=True)
+        for src in (REPO / "reference/h200-2026-12-03-lease/probe").glob("*.json"):
+            (tmp_path / folder / src.name).write_text(src.read_text())
+    bad = tmp_path / ("probes" if where == "--probes" else "reference/small/probe") / "cuda.json"
+    if change == "fifo":
+        bad.unlink()
+        os.mkfifo(bad)
+    else:
+        text = bad.read_text()
+        bad.write_text(re.sub(r'("flops_per_second": )[0-9.e+]+', rf"\g<1>{change}", text, count=1))
+        assert bad.read_text() != text
+    study = {**TINY["study"], "devices": ["cpu", "cuda"]}
+    reference = {"reference": ["reference/small"]}
+    overlay = {**TINY, "study": study, "report": reference, "predict": {"validate_on": ["reference/small"]}}
+    write_yaml(tmp_path / "o.yaml", overlay)
+    monkeypatch.chdir(tmp_path)
+    params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
+    code = cli.main(["predict", *params, "--probes", "probes", "--out", "predicted"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"{bad.relative_to(tmp_path)}: " in err[0], err
+    assert not (tmp_path / "predicted").exists()

@@ -7,8 +7,12 @@ a seed of 2**70 a Polars overflow)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
+from pathlib import Path
+
+from gpuscale.contract import paths
 
 # No figure of a run reaches it (the largest in the shipped records: 5e13 FLOP/s); below it every integer fits a
 # table's Int64 and a product or ratio of two figures stays finite.
@@ -18,6 +22,33 @@ TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\
 
 class BadValue(ValueError):
     """A value no record can hold; str() names where it lies and what is wrong."""
+
+
+def read_json(path: Path, what: str, limit: int):
+    """The JSON document of a record file from outside (a run or probe record), read only when it is a regular file
+    of at most `limit` bytes (gpuscale.contract.paths.read_regular) and holds UTF-8 text, finite numbers and each
+    key once; check_values is applied to it. BadValue otherwise, one line naming the file."""
+    try:
+        text = paths.read_regular(path, limit, what).decode("utf-8")
+    except paths.PathError as err:
+        raise BadValue(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise BadValue(f"{path}: not UTF-8 text (bad byte at offset {err.start}), so not a {what}") from None
+    try:
+        doc = json.loads(text, parse_constant=_not_finite, parse_float=finite_float, object_pairs_hook=unique_keys)
+        check_values(doc)
+    except BadValue as err:
+        raise BadValue(f"{path}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise BadValue(f"{path}: not valid JSON (line {err.lineno}: {err.msg}); truncated or hand-edited?") from None
+    except RecursionError:
+        raise BadValue(f"{path}: JSON nested far too deeply to be a {what}") from None
+    return doc
+
+
+def _not_finite(constant: str):
+    """json's hook for NaN, Infinity and -Infinity, which Python reads but no timing can be."""
+    raise BadValue(f"holds {constant}, not a finite number; a record's figures are finite")
 
 
 def finite_float(text: str) -> float:
