@@ -217,6 +217,71 @@ def test_an_output_never_lies_over_an_input(case, tmp_path, capsys):
     assert {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()} == before
 
 
+OVER_THE_PROJECT = {
+    "charts --out the project's code": (["charts", "--tables", "tables", "--out", "src"], "src holds pkg (a folder)"),
+    "charts --out .git": (["charts", "--tables", "tables", "--out", ".git"], ".git holds HEAD (a file)"),
+    "predict --out docs": (["predict", "--probes", "probes", "--out", "docs"], "docs holds a.md (a file)"),
+    "data --out the project's code": (["data", "--out", "src"], "src holds pkg (a folder)"),
+    "aggregate --out a folder of notes": (
+        ["aggregate", "--reference-only", "--out", "docs", "--metrics", "m.json"],
+        "docs holds a.md (a file)",
+    ),
+    "charts --out a folder holding a link": (
+        ["charts", "--tables", "tables", "--out", "linked"],
+        "linked holds x.svg (a link)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "out, expected",
+    [
+        ("results/host.json/", "ends in '/', which names a folder, where a file is expected"),  # wrote host.json
+        ("results/a\nb.json", "holds a control character ('\\n')"),  # a file named over two lines
+        ("results/a\tb.json", "holds a control character ('\\t')"),
+    ],
+)
+def test_a_file_output_spelt_as_a_folder_or_with_a_control_character_is_refused(tmp_path, capsys, out, expected):
+    fails(capsys, ["host", *overlay(tmp_path), "--out", out], "--out: ", expected)
+    assert not Path("results").exists()
+
+
+@pytest.mark.parametrize("case", list(OVER_THE_PROJECT))
+def test_a_folder_output_never_replaces_a_folder_of_other_files(case, tmp_path, capsys):
+    """A folder output is swapped in whole: `charts --out src` replaced the project's code and `--out .git` its
+    history, with exit 0. Only an empty folder, or one holding the kinds of file the output writes, is replaced."""
+    from gpuscale.analyze.tables import TABLES
+
+    extra, expected = OVER_THE_PROJECT[case]
+    Path("tables").mkdir()
+    for name in TABLES:
+        Path("tables", f"{name}.parquet").write_bytes(b"")
+    Path("tables/notes.json").write_text("{}")
+    Path("src/pkg").mkdir(parents=True)
+    Path("src/pkg/code.py").write_text("x = 1\n")
+    Path(".git").mkdir()
+    Path(".git/HEAD").write_text("ref: refs/heads/main\n")
+    Path("docs").mkdir()
+    Path("docs/a.md").write_text("notes\n")
+    Path("linked").mkdir()
+    Path("linked/x.svg").symlink_to(tmp_path / "outside")
+    argv = [extra[0], *overlay(tmp_path, predict={"validate_on": ["reference/ok"]}), *extra[1:]]
+    before = {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()}
+    fails(capsys, argv, f"--out: {expected}", "which this output never writes")
+    assert {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()} == before
+
+
+def test_a_folder_of_the_outputs_own_kinds_is_replaced(tmp_path):
+    Path("out/.DS_Store").parent.mkdir()
+    Path("out/.DS_Store").write_bytes(b"\0")
+    Path("out/old_chart.svg").write_text("<svg/>")
+    paths.replaceable_folder("out", "--out", (".html", ".svg", ".vl.json"))
+    paths.replaceable_folder("absent", "--out", (".svg",))
+    Path("out/keep.txt").write_text("")
+    with pytest.raises(paths.PathError, match=r"^--out: out holds keep\.txt \(a file\)"):
+        paths.replaceable_folder("out", "--out", (".html", ".svg", ".vl.json"))
+
+
 # ----------------------------------------------------------------------------- model files (for custom model specs)
 
 

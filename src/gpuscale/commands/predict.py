@@ -8,6 +8,9 @@ PROBE_MAX_BYTES = 64 << 20  # the largest shipped probe record is 170 KiB
 HELP = "probe records and model facts -> predicted epochs and speedups, validated on the reference studies"
 
 
+HOLDS = (".csv", ".json")  # each table as CSV and JSON
+
+
 def add_arguments(parser) -> None:
     parser.add_argument(
         "--probes", default="results/probe", help="folder of probe records: <device>.json per study device"
@@ -40,7 +43,7 @@ def check(args) -> None:
     if args.facts:
         paths.resolve_input(args.facts, "--facts", kind="file")
         inputs.append(("--facts", args.facts))
-    writable(args.out, "--out (folder)", inputs)
+    writable(args.out, "--out (folder)", inputs, holds=HOLDS)
     probes = [Path(args.probes, p.name) for p in Path(args.probes).glob("*.json")] if Path(args.probes).is_dir() else []
     for folder in dict.fromkeys([*config.report.reference, *config.predict.validate_on]):
         probes += sorted(p for p in Path(folder).rglob("*.json") if "probe" in p.relative_to(folder).parts[:-1])

@@ -49,6 +49,9 @@ def _resolved(raw, key: str) -> tuple[str, Path]:
         raise PathError(f"{key}: an empty path; give a file or folder path")
     if "\0" in text:
         raise PathError(f"{key}: {text!r} holds a NUL byte, which no path can; retype it")
+    control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:  # a newline in a file name splits every line that names it
+        raise PathError(f"{key}: {text!r} holds a control character ({control!r}); retype it")
     try:
         return text, Path(text).resolve()
     except (RuntimeError, OSError) as err:  # a link loop (RuntimeError before Python 3.13, ELOOP after)
@@ -106,6 +109,8 @@ def resolve_output(raw, key: str, kind: str = "file", inputs: Iterable[tuple[str
     nor the project itself. Returns the resolved path (writes go to the path as given, which leads there)."""
     text, path = _resolved(raw, key)
     root = project_root()
+    if kind == "file" and text.endswith(("/", os.sep)):  # Path() drops the slash: the file went beside the folder
+        raise PathError(f"{key}: {text} ends in '/', which names a folder, where a file is expected; drop the '/'")
     if not Path(text).is_absolute() and not _inside(path, root):
         raise PathError(
             f"{key}: {_shown(text, path)} leads outside the project ({root}); give a path inside it, or an absolute "
@@ -144,6 +149,25 @@ def resolve_output(raw, key: str, kind: str = "file", inputs: Iterable[tuple[str
                 f"output elsewhere"
             )
     return path
+
+
+def replaceable_folder(path, key: str, suffixes: tuple[str, ...]) -> None:
+    """A folder output is swapped in whole (gpuscale.contract.fsutil.atomic_directory), so an existing folder there
+    is replaced with all it holds: allowed when it is empty or holds only files of the kinds this output writes
+    (`suffixes`, and hidden files such as .DS_Store), none in a subfolder. `charts --out src` replaced the project's
+    code, `--out .git` its history."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    for entry in sorted(folder.iterdir()):
+        plain_file = entry.is_file() and not entry.is_symlink()
+        if plain_file and (entry.name.startswith(".") or entry.name.endswith(suffixes)):
+            continue
+        what = "a link" if entry.is_symlink() else "a folder" if entry.is_dir() else "a file"
+        raise PathError(
+            f"{key}: {path} holds {entry.name} ({what}), which this output never writes; an output folder is the "
+            f"output's alone (it is replaced whole): give a new or empty folder, or one this command wrote"
+        )
 
 
 def index_key(key: str, index: int) -> str:
