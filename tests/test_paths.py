@@ -88,6 +88,20 @@ def test_a_reference_folder_linked_inside_reference_is_accepted(tmp_path, capsys
     assert Path("t/notes.json").is_file()
 
 
+@pytest.mark.parametrize("key", ["report", "predict"])
+def test_a_reference_folder_listed_twice_under_another_name_is_refused(tmp_path, capsys, key):
+    """[reference/ok, reference/alias] with alias -> ok read every record twice, as two hosts."""
+    os.symlink("ok", "reference/alias")
+    name = "report.reference" if key == "report" else "predict.validate_on"
+    fails(
+        capsys,
+        aggregate(tmp_path, ["reference/ok", "reference/alias"], key),
+        f"{name}[1]: reference/alias (-> ",
+        f"is the same folder as {name}[0] (reference/ok); list each folder once",
+    )
+    assert cli.main(aggregate(tmp_path, ["reference/ok", "reference/ok/"])) == 0, capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- data.path, --params, input folders
 
 

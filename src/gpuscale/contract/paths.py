@@ -175,8 +175,10 @@ def index_key(key: str, index: int) -> str:
 
 
 def reference_folders(folders: Iterable, key: str = "report.reference") -> list[Path]:
-    """Each reference folder resolved: an existing folder inside the project."""
-    return [
+    """Each reference folder resolved: an existing folder inside the project, and listed once (a link to a listed
+    folder, or a folder inside one, was read as a second host with the same records)."""
+    folders = list(folders)
+    resolved = [
         resolve_input(
             folder,
             index_key(key, i),
@@ -187,6 +189,17 @@ def reference_folders(folders: Iterable, key: str = "report.reference") -> list[
         )
         for i, folder in enumerate(folders)
     ]
+    for i, path in enumerate(resolved):
+        for j, other in enumerate(resolved[:i]):
+            if path.is_relative_to(other) or other.is_relative_to(path):
+                how = "is the same folder as" if path == other else "overlaps"
+                if Path(folders[i]) == Path(folders[j]):
+                    continue  # the same name twice (reference/x, reference/x/): one source, read once
+                raise PathError(
+                    f"{index_key(key, i)}: {_shown(str(folders[i]), path)} {how} {index_key(key, j)} ({folders[j]}); "
+                    "list each folder once"
+                )
+    return resolved
 
 
 def data_path(source: str, path) -> Path | None:
