@@ -322,6 +322,19 @@ def test_a_model_file_is_an_existing_py_file_inside_the_project(tmp_path):
             paths.model_file(spec, "study.models[0]")
 
 
+@pytest.mark.parametrize("where", ["../outside/evil.py", "link.py", "ABS/outside/evil.py"])
+def test_a_model_file_outside_the_project_is_refused_before_it_runs(tmp_path, capsys, where):
+    """paths.model_file was never called: `validate` imported and ran a model file outside the project (through
+    `..`, a link, or an absolute path) when it checked the spec."""
+    ran = tmp_path / "outside" / "ran"
+    (tmp_path / "outside" / "evil.py").write_text(f"open({str(ran)!r}, 'w').close()\ndef build(n): ...\n")
+    os.symlink(tmp_path / "outside" / "evil.py", "link.py")
+    spec = where.replace("ABS", str(tmp_path)) + ":build"
+    fails(capsys, ["validate", *overlay(tmp_path, study={**TINY["study"], "models": [spec]})], "study.models.0: ")
+    fails(capsys, ["train", *overlay(tmp_path), "--model", spec, "--device", "cpu"], "--model: ", "leads outside")
+    assert not ran.exists()
+
+
 def test_snakemake_stops_on_a_bad_params_path_in_one_line(tmp_path):
     """The workflow checks the params' paths where the commands do (a dry run: nothing is built)."""
     bad = write_yaml(tmp_path / "bad.yaml", {"data": {"source": "cifar10", "path": "reference"}})

@@ -63,7 +63,11 @@ def model_choice(option: str, value: str, build: bool = True) -> None:
     if not model_spec.is_spec(value):
         choice(option, value, registry.MODEL_NAMES)
         return
+    from gpuscale.contract import paths
+
     try:
+        if model_spec.parse(value).kind == "file":  # code that runs: a .py file inside the project
+            paths.model_file(value, option)
         registry.check(value)
         if build:
             from gpuscale.models import specbuild

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gpuscale.contract import paths as path_checks
 from gpuscale.contract import settings as typed
 from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, schema
 from gpuscale.contract.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
@@ -206,9 +207,13 @@ def validate(config: dict, source: str = "params.yaml") -> None:
     for key_path, name, (kind, problem, allowed) in named:
         if kind == "models" and model_spec.is_spec(name):  # a model named by spec: its form, file, function
             try:
+                if model_spec.parse(name).kind == "file":  # code that runs: a .py file inside the project
+                    path_checks.model_file(name, _key_path(key_path))
                 registry.check(name)
             except model_spec.SpecError as err:
                 refuse(key_path, f"{_key_path(key_path)}: {err}")
+            except path_checks.PathError as err:
+                refuse(key_path, str(err))
             continue
         if name not in allowed:
             close = difflib.get_close_matches(name, allowed, n=1)
