@@ -19,7 +19,7 @@ import yaml
 
 from gpuscale.contract import paths as path_checks
 from gpuscale.contract import settings as typed
-from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, schema
+from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, _schema_types, schema
 from gpuscale.contract.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
 from gpuscale.contract.yamlcheck import _POSITIONS, _check_keys, _check_node, _Loader
 from gpuscale.models import registry
@@ -197,6 +197,7 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         unknown = [e for e in errors if e.validator == "additionalProperties"]
         error = jsonschema.exceptions.best_match(unknown or errors)
         refuse(_error_path(error), _describe(error))
+    _whole_numbers(config, (), refuse)
     models = ("models", "unknown model", MODEL_NAMES)
     variants = ("variants", "is not defined under variants", tuple(config["variants"]))
     named = [(("study", "models", i), name, models) for i, name in enumerate(config["study"]["models"])]
@@ -236,6 +237,23 @@ def validate(config: dict, source: str = "params.yaml") -> None:
                 ("study", "devices", index),
                 f"study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})",
             )
+
+
+def _whole_numbers(value, where: tuple, refuse) -> None:
+    """A whole number written with a fraction (`epochs: 3.0`, `batch_size: 32.0`) where the schema wants an integer:
+    the schema takes 3.0 for an integer (JSON Schema does), every YAML reader reads the float 3.0, and training ended
+    in torch's traceback (batch_size should be a positive integer value, but got batch_size=32.0)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _whole_numbers(item, (*where, key), refuse)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _whole_numbers(item, (*where, index), refuse)
+    elif isinstance(value, float) and value.is_integer() and "number" not in (_schema_types(where) or {"number"}):
+        refuse(
+            where,
+            f"{_key_path(where)}: {value!r} is a whole number written with a fraction; write {int(value)}",
+        )
 
 
 def _error_path(error) -> tuple:
