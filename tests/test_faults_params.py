@@ -293,3 +293,28 @@ def test_a_whole_number_written_with_a_fraction_is_refused_where_an_integer_goes
     assert len(err.splitlines()) == 1, err
     path.write_text(yaml.safe_dump({"train": {"optimizer": {"name": "adam", "lr": 1.0, "weight_decay": 0.0}}}))
     assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(path)]) == 0  # a number key
+
+
+@pytest.mark.parametrize(
+    "overlay, said",
+    [
+        (
+            {"train": {"cpu_threads": 10**20}},
+            "train.cpu_threads: 100000000000000000000 is out of range (allowed: <= 4096)",
+        ),
+        ({"sweeps": {"cpu_threads": [1, 99999]}}, "sweeps.cpu_threads.1: 99999 is out of range (allowed: <= 4096)"),
+        (
+            {"train": {"epochs": 10**20}},
+            "train.epochs: 100000000000000000000 is beyond any count or seed gpuscale takes",
+        ),
+        ({"study": {"seeds": [2**32]}}, "study.seeds.0: 4294967296 is beyond any count or seed gpuscale takes"),
+    ],
+)
+def test_an_integer_beyond_what_a_run_takes_is_refused(tmp_path, capsys, overlay, said):
+    """train.cpu_threads: 10**20 passed validate and reached torch.set_num_threads as a traceback (Overflow when
+    unpacking long long); a seed above numpy's largest failed only in the train job."""
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1, err

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_THREADS = 4096  # as the params schema's train.cpu_threads (torch.set_num_threads(10**20) was a traceback)
+
 
 class UsageError(ValueError):
     """A bad command-line argument or output location; str() is the one line shown (exit 2)."""

@@ -27,6 +27,7 @@ from gpuscale.models import spec as model_spec
 from gpuscale.models.registry import MODEL_NAMES
 
 DEFAULT_PARAMS = Path("params.yaml")
+MAX_INTEGER = 2**32 - 1  # numpy's largest seed; no count a run takes comes near it
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -197,7 +198,7 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         unknown = [e for e in errors if e.validator == "additionalProperties"]
         error = jsonschema.exceptions.best_match(unknown or errors)
         refuse(_error_path(error), _describe(error))
-    _whole_numbers(config, (), refuse)
+    _integers(config, (), refuse)
     models = ("models", "unknown model", MODEL_NAMES)
     variants = ("variants", "is not defined under variants", tuple(config["variants"]))
     named = [(("study", "models", i), name, models) for i, name in enumerate(config["study"]["models"])]
@@ -239,16 +240,19 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             )
 
 
-def _whole_numbers(value, where: tuple, refuse) -> None:
-    """A whole number written with a fraction (`epochs: 3.0`, `batch_size: 32.0`) where the schema wants an integer:
-    the schema takes 3.0 for an integer (JSON Schema does), every YAML reader reads the float 3.0, and training ended
+def _integers(value, where: tuple, refuse) -> None:
+    """An integer beyond MAX_INTEGER (train.cpu_threads: 10**20 reached torch.set_num_threads as a traceback), and a
+    whole number written with a fraction (`epochs: 3.0`, `batch_size: 32.0`) where the schema wants an integer: the
+    schema takes 3.0 for an integer (JSON Schema does), every YAML reader reads the float 3.0, and training ended
     in torch's traceback (batch_size should be a positive integer value, but got batch_size=32.0)."""
     if isinstance(value, dict):
         for key, item in value.items():
-            _whole_numbers(item, (*where, key), refuse)
+            _integers(item, (*where, key), refuse)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _whole_numbers(item, (*where, index), refuse)
+            _integers(item, (*where, index), refuse)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        refuse(where, f"{_key_path(where)}: {value} is beyond any count or seed gpuscale takes (at most {MAX_INTEGER})")
     elif isinstance(value, float) and value.is_integer() and "number" not in (_schema_types(where) or {"number"}):
         refuse(
             where,
