@@ -8,11 +8,14 @@ import html as html_lib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import records
-from conftest import REPO
+from conftest import REPO, TINY, run
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
 from gpuscale.analyze import aggregate
 from gpuscale.contract import record
@@ -281,3 +284,81 @@ def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"{bad.relative_to(tmp_path)}: " in err[0], err
     assert not (tmp_path / "predicted").exists()
+
+
+# ----------------------------------------------------------------------------- generated: a figure or a text mutated
+
+LITERALS = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1e-320", "5e-324", "0", "-0.0", "-1", str(2**63),
+            str(10**30), "1e300", "1e18", "3.5", "true", "null", '"12"', '"\\ud800"', "[]", "{}"]  # fmt: skip
+
+
+def _leaves(tree, where=()) -> list[tuple]:
+    if isinstance(tree, dict):
+        return [leaf for key, value in tree.items() for leaf in _leaves(value, (*where, key))]
+    if isinstance(tree, list):
+        return [leaf for i, value in enumerate(tree) for leaf in _leaves(value, (*where, i))]
+    return [(where, tree)]
+
+
+@st.composite
+def mutated_record(draw) -> bytes:
+    """A good record's text with one leaf replaced: by an extreme or broken literal, by any JSON number, by a lone
+    surrogate in a text; or one of its keys given twice."""
+    rec = records.make("simplecnn", "cuda", draw(st.lists(st.floats(0.01, 1e4), min_size=2, max_size=4)))
+    leaves = _leaves(rec)
+    figures = [leaf for leaf in leaves if type(leaf[1]) in (int, float)]
+    where, _ = draw(st.sampled_from(figures) if draw(st.integers(0, 4)) else st.sampled_from(leaves))  # mostly figures
+    if draw(st.integers(0, 9)) == 0:  # a key given twice: the second copy keeps or changes the value
+        text = json.dumps(rec)
+        key = json.dumps(where[-1]) if isinstance(where[-1], str) else '"label"'
+        return text.replace(f"{key}: ", f"{key}: 1, {key}: ", 1).encode()
+    literal = draw(
+        st.sampled_from(LITERALS)
+        if draw(st.booleans())
+        else st.integers(-(2**70), 2**70).map(str) | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+    )
+    return mutate(rec, where, literal)
+
+
+def mutate(rec: dict, where: tuple, literal: str) -> bytes:
+    node = rec
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = "\0MUTATED\0"
+    return json.dumps(rec).replace(json.dumps("\0MUTATED\0"), literal, 1).encode()
+
+
+def _known(where: tuple, literal: str) -> bytes:
+    return mutate(records.make("simplecnn", "cuda", [6.0, 6.0]), where, literal)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
+@given(blob=mutated_record())
+@example(blob=_known(("timing", "total_train_seconds"), "1e400"))  # inf in runs and speedup, NaN fits
+@example(blob=_known(("timing", "total_train_seconds"), "1e-320"))  # a speedup of infinity
+@example(blob=_known(("model", "parameters"), str(2**63)))  # a Polars overflow traceback
+@example(blob=_known(("label",), '"\\ud800"'))  # a UnicodeEncodeError traceback
+@example(blob=_known(("started_at",), '"yesterday"'))  # a date-parsing traceback
+def test_a_mutated_figure_never_reaches_a_table_unless_it_is_finite_and_in_range(tmp_path_factory, blob):
+    """Through the real aggregate, a reference folder holding a good study and one mutated record: exit 0, the
+    mutated record read or skipped in one warning line, and no table holding a NaN or an infinity; never a
+    traceback, a RuntimeWarning or a Polars overflow (each of which 1e400, 1e-320, 2**63 or a surrogate gave)."""
+    import polars as pl
+
+    root = tmp_path_factory.mktemp("mutated")
+    records.study(root / "reference/small", records.SPEEDUPS, records.CPU_EPOCH)
+    mutated = root / "reference/small/extra/runs/simplecnn/cuda/paper-seed5.json"
+    mutated.parent.mkdir(parents=True)
+    mutated.write_bytes(blob.replace(b'"seed": 0', b'"seed": 5', 1))
+    overlay = {**TINY, "report": {"reference": ["reference/small"]}}
+    (root / "o.yaml").write_text(json.dumps(overlay))
+    argv = [sys.executable, "-m", "gpuscale", "aggregate", "--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
+    done = run([*argv, "--reference-only", "--out", "tables", "--metrics", "m.json"], root, check=False)
+    err = [line for line in done.stderr.splitlines() if " INFO " not in line]
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    assert len(err) <= 1 and all("skipped a bad record" in line for line in err), err
+    for name in ("runs", "epochs", "speedup", "fits", "conditions"):
+        frame = pl.read_parquet(root / f"tables/{name}.parquet")
+        for column in frame.columns:
+            if frame[column].dtype in (pl.Float64, pl.Float32):
+                assert not (frame[column].is_nan().any() or frame[column].is_infinite().any()), (name, column)
