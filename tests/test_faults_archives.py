@@ -9,6 +9,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import tarfile
 import unicodedata
 import warnings
@@ -102,6 +103,29 @@ def test_a_repeated_cifar_batch_in_the_tar_is_refused(tmp_path):
             tar.addfile(member, io.BytesIO(raw))
     md5 = hashlib.md5(archive.read_bytes()).hexdigest()
     prepare_fails(tmp_path, "data_batch_1.bin appears more than once", source="cifar10", path=str(archive), md5=md5)
+
+
+@pytest.mark.parametrize("batch", ["test_batch.bin", "data_batch_3.bin"])
+def test_a_cifar_tar_missing_a_class_in_a_split_is_refused(tmp_path, batch):
+    """As an image folder's class in one split only; a hand-made tar whose test batch held one class was prepared
+    and trained on, accuracy measured over classes never tested."""
+    archive, _, _ = cifar_archive(tmp_path / "c.tar.gz")
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for member, raw in members:
+            if member.name.endswith(batch):
+                one_class = np.frombuffer(raw, np.uint8).reshape(-1, 3073).copy()
+                one_class[:, 0] = 0
+                raw = one_class.tobytes()
+            tar.addfile(member, io.BytesIO(raw))
+    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+    where = "cifar-10-batches-bin/test_batch.bin" if batch == "test_batch.bin" else "the train batches"
+    if batch == "data_batch_3.bin":  # one batch of a single class: the other batches still hold every class
+        assert data.prepare(settings(source="cifar10", path=str(archive), md5=md5), tmp_path / "ok")
+        return
+    prepare_fails(tmp_path, re.escape(f"class 'automobile' has no image in {where} (9 of 10"), source="cifar10",
+                  path=str(archive), md5=md5)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- one name, two spellings

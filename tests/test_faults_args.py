@@ -55,8 +55,11 @@ TRAIN_CASES = {
     "sweep batch=0": (["--sweep", "batch=0"], "--sweep: 'batch=0' is malformed", "threads=N or batch=N"),
     "sweep threads=0": (["--sweep", "threads=0"], "--sweep: 'threads=0'", "N >= 1"),
     "sweep other": (["--sweep", "lr=3"], "--sweep: 'lr=3' is malformed", "threads=N or batch=N"),
-    "threads -2": (["--threads", "-2"], "--threads: -2 is out of range", "allowed: an integer >= 1"),
-    "threads 0": (["--threads", "0"], "--threads: 0 is out of range", ">= 1"),
+    "threads -2": (["--threads", "-2"], "--threads: -2 is out of range", "allowed: 1 to 4096"),
+    "threads 0": (["--threads", "0"], "--threads: 0 is out of range", "1 to 4096"),
+    # torch.set_num_threads(10**20): a traceback after the lock and the data
+    "threads 10**20": (["--threads", str(10**20)], f"--threads: {10**20} is out of range", "1 to 4096"),
+    "sweep threads=10**20": (["--sweep", f"threads={10**20}"], "is out of range", "N from 1 to 4096"),
     "model typo": (["--model", "resnet19"], "--model: 'resnet19' is not allowed; did you mean resnet18?", "simplecnn"),
 }
 

@@ -270,3 +270,51 @@ def test_snakemake_reads_a_number_as_dvc_writes_it_through_gpuscale(tmp_path):
     overlay.write_text("train:\n  optimizer:\n    lr: 1e-05\n")
     done = run(["snakemake", "-n", "--cores", "1", "--configfile", str(overlay)], REPO, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "overlay, key, fix",
+    [
+        ({"train": {"batch_size": 32.0}}, "train.batch_size: 32.0", "write 32"),
+        ({"train": {"epochs": 3.0}}, "train.epochs: 3.0", "write 3"),
+        ({"models": {"resnet18": {"epochs": 2.0}}}, "models.resnet18.epochs: 2.0", "write 2"),
+        ({"sweeps": {"cpu_threads": [1.0, 2]}}, "sweeps.cpu_threads.0: 1.0", "write 1"),
+        ({"study": {"seeds": [0.0]}}, "study.seeds.0: 0.0", "write 0"),
+    ],
+)
+def test_a_whole_number_written_with_a_fraction_is_refused_where_an_integer_goes(tmp_path, capsys, overlay, key, fix):
+    """JSON Schema takes 32.0 for an integer and every YAML reader reads the float: `batch_size: 32.0` passed
+    validate and training ended in torch's traceback."""
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{key} is a whole number written with a fraction; {fix}") and "o.yaml: line " in err, err
+    assert len(err.splitlines()) == 1, err
+    path.write_text(yaml.safe_dump({"train": {"optimizer": {"name": "adam", "lr": 1.0, "weight_decay": 0.0}}}))
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(path)]) == 0  # a number key
+
+
+@pytest.mark.parametrize(
+    "overlay, said",
+    [
+        (
+            {"train": {"cpu_threads": 10**20}},
+            "train.cpu_threads: 100000000000000000000 is out of range (allowed: <= 4096)",
+        ),
+        ({"sweeps": {"cpu_threads": [1, 99999]}}, "sweeps.cpu_threads.1: 99999 is out of range (allowed: <= 4096)"),
+        (
+            {"train": {"epochs": 10**20}},
+            "train.epochs: 100000000000000000000 is beyond any count or seed gpuscale takes",
+        ),
+        ({"study": {"seeds": [2**32]}}, "study.seeds.0: 4294967296 is beyond any count or seed gpuscale takes"),
+    ],
+)
+def test_an_integer_beyond_what_a_run_takes_is_refused(tmp_path, capsys, overlay, said):
+    """train.cpu_threads: 10**20 passed validate and reached torch.set_num_threads as a traceback (Overflow when
+    unpacking long long); a seed above numpy's largest failed only in the train job."""
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    assert cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1, err

@@ -118,6 +118,34 @@ def test_snakemake_while_a_stage_command_works_ends_in_one_line_and_the_next_run
     assert not (folder / ".snakemake" / "locks").exists() or not os.listdir(folder / ".snakemake" / "locks")
 
 
+@pytest.mark.parametrize("flag", ["--no-hooks", "--delete-all-output"])
+def test_snakemake_without_its_hooks_still_holds_the_folder(tmp_path, flag):
+    """No onstart runs under --no-hooks or --delete-all-output: such a run took no lock, and ran (or deleted every
+    output) beside a stage command started by DVC or by hand. The Snakefile holds the folder from its parse."""
+    folder = copy_project(tmp_path / "p")
+    write_yaml(folder / "o.yaml", TINY)
+    argv = ["snakemake", "results/host.json", "--cores", "1", "--configfile", "o.yaml", flag]
+    (folder / "results").mkdir()
+    (folder / "results/host.json").write_text('{"made": "earlier"}\n')
+    proc = holder(folder, "guard_command", "data")  # as `dvc repro`'s data stage, mid-way
+    try:
+        done = run([*argv, "--forcerun", "host"] if flag == "--no-hooks" else argv, folder)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert last.startswith("gpuscale: error: a gpuscale stage started outside this workflow"), done.stderr
+        assert (folder / "results/host.json").read_text() == '{"made": "earlier"}\n'
+    finally:
+        proc.kill()
+        proc.wait()
+    done = run([*argv, "--forcerun", "host"] if flag == "--no-hooks" else argv, folder)  # alone: it completes, its
+    assert done.returncode == 0, done.stderr[-2000:]  # jobs its own (GPUSCALE_WORKFLOW): none refused itself
+    if flag == "--no-hooks":
+        assert "host_fingerprint" in (folder / "results/host.json").read_text()  # written again by the job
+    else:
+        assert not (folder / "results/host.json").exists()
+    assert not runlock.hooks_skipped(["snakemake", "-n", flag]) and runlock.hooks_skipped(["snakemake", "--no-hook"])
+
+
 # ----------------------------------------------------------------------------- DVC's own lock (dvc repro removes first)
 
 DVC_HOLD = textwrap.dedent(

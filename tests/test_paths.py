@@ -88,6 +88,20 @@ def test_a_reference_folder_linked_inside_reference_is_accepted(tmp_path, capsys
     assert Path("t/notes.json").is_file()
 
 
+@pytest.mark.parametrize("key", ["report", "predict"])
+def test_a_reference_folder_listed_twice_under_another_name_is_refused(tmp_path, capsys, key):
+    """[reference/ok, reference/alias] with alias -> ok read every record twice, as two hosts."""
+    os.symlink("ok", "reference/alias")
+    name = "report.reference" if key == "report" else "predict.validate_on"
+    fails(
+        capsys,
+        aggregate(tmp_path, ["reference/ok", "reference/alias"], key),
+        f"{name}[1]: reference/alias (-> ",
+        f"is the same folder as {name}[0] (reference/ok); list each folder once",
+    )
+    assert cli.main(aggregate(tmp_path, ["reference/ok", "reference/ok/"])) == 0, capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- data.path, --params, input folders
 
 
@@ -217,6 +231,71 @@ def test_an_output_never_lies_over_an_input(case, tmp_path, capsys):
     assert {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()} == before
 
 
+OVER_THE_PROJECT = {
+    "charts --out the project's code": (["charts", "--tables", "tables", "--out", "src"], "src holds pkg (a folder)"),
+    "charts --out .git": (["charts", "--tables", "tables", "--out", ".git"], ".git holds HEAD (a file)"),
+    "predict --out docs": (["predict", "--probes", "probes", "--out", "docs"], "docs holds a.md (a file)"),
+    "data --out the project's code": (["data", "--out", "src"], "src holds pkg (a folder)"),
+    "aggregate --out a folder of notes": (
+        ["aggregate", "--reference-only", "--out", "docs", "--metrics", "m.json"],
+        "docs holds a.md (a file)",
+    ),
+    "charts --out a folder holding a link": (
+        ["charts", "--tables", "tables", "--out", "linked"],
+        "linked holds x.svg (a link)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "out, expected",
+    [
+        ("results/host.json/", "ends in '/', which names a folder, where a file is expected"),  # wrote host.json
+        ("results/a\nb.json", "holds a control character ('\\n')"),  # a file named over two lines
+        ("results/a\tb.json", "holds a control character ('\\t')"),
+    ],
+)
+def test_a_file_output_spelt_as_a_folder_or_with_a_control_character_is_refused(tmp_path, capsys, out, expected):
+    fails(capsys, ["host", *overlay(tmp_path), "--out", out], "--out: ", expected)
+    assert not Path("results").exists()
+
+
+@pytest.mark.parametrize("case", list(OVER_THE_PROJECT))
+def test_a_folder_output_never_replaces_a_folder_of_other_files(case, tmp_path, capsys):
+    """A folder output is swapped in whole: `charts --out src` replaced the project's code and `--out .git` its
+    history, with exit 0. Only an empty folder, or one holding the kinds of file the output writes, is replaced."""
+    from gpuscale.analyze.tables import TABLES
+
+    extra, expected = OVER_THE_PROJECT[case]
+    Path("tables").mkdir()
+    for name in TABLES:
+        Path("tables", f"{name}.parquet").write_bytes(b"")
+    Path("tables/notes.json").write_text("{}")
+    Path("src/pkg").mkdir(parents=True)
+    Path("src/pkg/code.py").write_text("x = 1\n")
+    Path(".git").mkdir()
+    Path(".git/HEAD").write_text("ref: refs/heads/main\n")
+    Path("docs").mkdir()
+    Path("docs/a.md").write_text("notes\n")
+    Path("linked").mkdir()
+    Path("linked/x.svg").symlink_to(tmp_path / "outside")
+    argv = [extra[0], *overlay(tmp_path, predict={"validate_on": ["reference/ok"]}), *extra[1:]]
+    before = {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()}
+    fails(capsys, argv, f"--out: {expected}", "which this output never writes")
+    assert {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()} == before
+
+
+def test_a_folder_of_the_outputs_own_kinds_is_replaced(tmp_path):
+    Path("out/.DS_Store").parent.mkdir()
+    Path("out/.DS_Store").write_bytes(b"\0")
+    Path("out/old_chart.svg").write_text("<svg/>")
+    paths.replaceable_folder("out", "--out", (".html", ".svg", ".vl.json"))
+    paths.replaceable_folder("absent", "--out", (".svg",))
+    Path("out/keep.txt").write_text("")
+    with pytest.raises(paths.PathError, match=r"^--out: out holds keep\.txt \(a file\)"):
+        paths.replaceable_folder("out", "--out", (".html", ".svg", ".vl.json"))
+
+
 # ----------------------------------------------------------------------------- model files (for custom model specs)
 
 
@@ -241,6 +320,19 @@ def test_a_model_file_is_an_existing_py_file_inside_the_project(tmp_path):
     for spec, expected in cases.items():
         with pytest.raises(paths.PathError, match=r"^study\.models\[0\]: .*" + expected.replace(".", r"\.")):
             paths.model_file(spec, "study.models[0]")
+
+
+@pytest.mark.parametrize("where", ["../outside/evil.py", "link.py", "ABS/outside/evil.py"])
+def test_a_model_file_outside_the_project_is_refused_before_it_runs(tmp_path, capsys, where):
+    """paths.model_file was never called: `validate` imported and ran a model file outside the project (through
+    `..`, a link, or an absolute path) when it checked the spec."""
+    ran = tmp_path / "outside" / "ran"
+    (tmp_path / "outside" / "evil.py").write_text(f"open({str(ran)!r}, 'w').close()\ndef build(n): ...\n")
+    os.symlink(tmp_path / "outside" / "evil.py", "link.py")
+    spec = where.replace("ABS", str(tmp_path)) + ":build"
+    fails(capsys, ["validate", *overlay(tmp_path, study={**TINY["study"], "models": [spec]})], "study.models.0: ")
+    fails(capsys, ["train", *overlay(tmp_path), "--model", spec, "--device", "cpu"], "--model: ", "leads outside")
+    assert not ran.exists()
 
 
 def test_snakemake_stops_on_a_bad_params_path_in_one_line(tmp_path):

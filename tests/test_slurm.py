@@ -174,5 +174,45 @@ def test_quick_preset_through_the_slurm_executor(cluster, tmp_path):
         r"submitted with SLURM jobid \d+ \(log: \S*/rule_(host|aggregate|charts|report)/", done.stderr
     )
     assert (repo / "reports/index.html").exists()
+    # The run held the folder (gpuscale.contract.runlock) while its training jobs ran under sbatch, outside its
+    # process tree: each reached it as the run's own job through GPUSCALE_WORKFLOW (the executor submits with
+    # --export=ALL); without it each would have refused itself (next test).
+    assert (repo / ".gpuscale" / "workflow.lock").exists()
+    logs = "".join(p.read_text(errors="replace") for p in (repo / ".snakemake").rglob("*.log"))
+    assert "a Snakemake run is working in this folder" not in logs
     again = subprocess.run(argv + ["-n"], cwd=repo, env=cluster, capture_output=True, text=True, check=True)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_slurm_job_is_the_runs_own_only_through_the_exported_variable(cluster, tmp_path):
+    """The lock's pass-through, alone: while a run holds the folder, a stage command in a SLURM job with the run's
+    GPUSCALE_WORKFLOW works; the same job without it is refused in one line, as a stage of another workflow."""
+    import sys
+
+    from gpuscale.contract import runlock
+
+    repo = copy_project(tmp_path / "repo")
+    write_yaml(repo / "o.yaml", {"data": {"source": "synthetic"}})
+    hold = (
+        "import time; from gpuscale.contract import runlock as r; r.hold_workflow(); open('.ready','w'); time.sleep(99)"
+    )
+    env = {k: v for k, v in cluster.items() if k != runlock.ENV}
+    proc = subprocess.Popen([sys.executable, "-c", hold], cwd=repo, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (repo / ".ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the holder never took its lock"
+            time.sleep(0.05)
+        done = {}
+        for name, job_env in (("own", {**env, runlock.ENV: str(proc.pid)}), ("other", env)):
+            command = f"gpuscale host --params params.yaml --params o.yaml --out results/{name}.json"
+            argv = ["sbatch", "--wait", "--export=ALL", "-p", "cpu", "-o", f"{name}.out", "--wrap", command]
+            subprocess.run(argv, cwd=repo, env=job_env, capture_output=True, text=True, timeout=300, check=False)
+            done[name] = (repo / f"{name}.out").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (repo / "results/own.json").is_file(), done["own"]
+    assert not (repo / "results/other.json").exists()
+    refused = [line for line in done["other"].splitlines() if line.startswith("gpuscale host: error:")]
+    assert len(refused) == 1 and "a Snakemake run is working in this folder" in refused[0], done["other"]

@@ -48,7 +48,9 @@ def fails_on_32():
 
 
 @pytest.fixture
-def netfile(tmp_path) -> Path:
+def netfile(tmp_path, monkeypatch) -> Path:
+    """A model file inside the project (the folder the command runs in): a file outside it is refused."""
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "tinynet.py"
     path.write_text(NET)
     return path
@@ -121,7 +123,7 @@ BAD = {
     "not a module": ("{file}:not_a_module", "not_a_module() returned int, not a torch.nn.Module"),
     "fails on 32x32": ("{file}:fails_on_32", "fails on a batch of 32x32 images: RuntimeError"),
     "wrong outputs": ("{file}:too_few_outputs", "gives shape (2, 3) for 2 images, not (2, 10)"),
-    "missing file": ("{missing}:build", "no file"),
+    "missing file": ("{missing}:build", "missing.py does not exist"),
     "malformed": ("examples/mynet:build", "is neither a .py file nor a dotted module name"),
 }
 
@@ -137,8 +139,8 @@ def test_a_bad_spec_ends_in_one_line_and_exit_2(case, netfile, tmp_path, capsys)
 
 
 def test_a_bad_spec_is_refused_by_train_before_any_timing(netfile, tmp_path, capsys, prepared):
-    code = cli.main(["train", "--model", f"{netfile}:too_few_outputs", "--device", "cpu", "--data", str(prepared),
-                     "--out", str(tmp_path / "r.json")])  # fmt: skip
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--model", f"{netfile}:too_few_outputs",
+                     "--device", "cpu", "--data", str(prepared), "--out", str(tmp_path / "r.json")])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--model: model spec" in err and "not (2, 10)" in err

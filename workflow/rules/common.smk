@@ -44,6 +44,14 @@ try:  # the paths the params name, resolved and checked where the stage commands
 except gpaths.PathError as err:
     sys.exit(f"gpuscale: params error: {err}")
 
+# No onstart runs under --no-hooks or --delete-all-output, yet the run writes or deletes outputs: it holds the folder
+# (gpuscale.contract.runlock) from here, its parse, until Snakemake ends, or ends in one line while another works here.
+if workflow.is_main_process and runlock.hooks_skipped(sys.argv):
+    try:
+        runlock.hold_workflow()
+    except runlock.RunLockError as err:
+        sys.exit(f"gpuscale: error: {err}")
+
 # Models named by spec (gpuscale.models.spec): a job's {model} wildcard is the spec's slug, the command gets the
 # spec; the user's file is an input of that model's jobs only. Built and run on two 32x32 images before any job.
 MODEL_BY_SLUG = {model_spec.slug(m): m for m in (*PARAMS.study.models, *PARAMS.sweeps.models)}

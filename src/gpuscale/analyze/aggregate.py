@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +49,19 @@ class AggregateError(RuntimeError):
 
 def find_records(folder: Path) -> list[Path]:
     return record.files(folder)
+
+
+def linked_folders(folder: Path) -> list[dict]:
+    """The links to folders under a reference folder, which the record listing does not follow (a link could lead
+    out of the project, or back into the folder): each one named, so its records are not silently left out."""
+    found = []
+    for parent, names, _ in os.walk(folder):
+        found += [
+            {"path": str(Path(parent, n)), "reason": "a link to a folder, not followed; copy its records in instead"}
+            for n in sorted(names)
+            if Path(parent, n).is_symlink()
+        ]
+    return found
 
 
 def load_all(
@@ -145,12 +159,17 @@ def run(
 ) -> dict:
     """Aggregate this host's records (the study's, listed) and every record under each reference folder."""
     sources = {LOCAL_SOURCE: [Path(p) for p in records]}
+    linked = []
     for folder in reference:
         if not Path(folder).is_dir():
             raise AggregateError(f"report.reference: {folder} is not a folder (list folders under reference/)")
         # A reference folder is one host's measurements: never paired with this host's runs.
         sources[f"reference: {Path(folder).name}"] = find_records(Path(folder))
+        linked += [{"source": f"reference: {Path(folder).name}", **entry} for entry in linked_folders(Path(folder))]
+    for entry in linked:
+        log.warning("skipped in %s: %s: %s", entry["source"], entry["path"], entry["reason"])
     loaded, skipped = load_all(sources, skip_bad=skip_bad, lenient=tuple(s for s in sources if s != LOCAL_SOURCE))
+    skipped = linked + skipped
     runs = runs_frame(loaded)
     epochs = epochs_frame(loaded)
     speedup = speedup_frame(runs, tolerance, pairing)

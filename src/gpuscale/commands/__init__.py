@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_THREADS = 4096  # as the params schema's train.cpu_threads (torch.set_num_threads(10**20) was a traceback)
+
 
 class UsageError(ValueError):
     """A bad command-line argument or output location; str() is the one line shown (exit 2)."""
@@ -63,7 +65,11 @@ def model_choice(option: str, value: str, build: bool = True) -> None:
     if not model_spec.is_spec(value):
         choice(option, value, registry.MODEL_NAMES)
         return
+    from gpuscale.contract import paths
+
     try:
+        if model_spec.parse(value).kind == "file":  # code that runs: a .py file inside the project
+            paths.model_file(value, option)
         registry.check(value)
         if build:
             from gpuscale.models import specbuild
@@ -73,11 +79,12 @@ def model_choice(option: str, value: str, build: bool = True) -> None:
         raise UsageError(f"{option}: {err}") from None
 
 
-def writable(path: Path | str, option: str, inputs=()) -> Path:
+def writable(path: Path | str, option: str, inputs=(), holds: tuple[str, ...] = ()) -> Path:
     """Refuse (UsageError) an output that cannot be written, before any work: its nearest existing folder must
     be a folder this process can create files in (outputs are written beside themselves, then renamed). First
     contract.paths checks where it leads (PathError): inside the project when relative, over none of `inputs`
-    ((key, path) pairs) nor the params files."""
+    ((key, path) pairs) nor the params files; a folder output, over no folder holding anything but the kinds of
+    file it writes (`holds`: their suffixes)."""
     import errno
     import tempfile
 
@@ -86,6 +93,8 @@ def writable(path: Path | str, option: str, inputs=()) -> Path:
     option_key = option.split(" (")[0]
     kind = "folder" if option.endswith("(folder)") else "file"
     paths.resolve_output(path, option_key, kind, [*inputs, *_params_inputs()])
+    if kind == "folder":
+        paths.replaceable_folder(path, option_key, holds)
     path = Path(path)
     if path.is_dir() and not option.endswith("(folder)"):
         raise UsageError(f"{option} {path}: is a folder; give a file path")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from gpuscale.commands import UsageError, load_typed, writable
 
+HOLDS = (".csv", ".parquet", ".json")  # the tables, notes.json
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="results/tables")
@@ -39,7 +41,7 @@ def check(args) -> None:
     if not args.reference_only:  # the folders of the study's records
         folders = sorted({str(p.parent) for p in study_records(config)})
         inputs += [("a folder of the study's records", f) for f in folders]
-    writable(args.out, "--out (folder)", inputs)
+    writable(args.out, "--out (folder)", inputs, holds=HOLDS)
     writable(Path(args.out) / "runs.csv", "--out", inputs)
     writable(args.metrics, "--metrics", [*inputs, ("--out", args.out)])
     if args.reference_only or config.report.skip_bad_records:

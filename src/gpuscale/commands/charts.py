@@ -23,7 +23,7 @@ def check(args) -> None:
 
     tables = input_folder(args.tables, "--tables")
     needs_tables(args.tables, TABLES)
-    writable(args.out, "--out (folder)", [tables])
+    writable(args.out, "--out (folder)", [tables], holds=(".html", ".svg", ".vl.json"))
 
 
 def run(args) -> int:

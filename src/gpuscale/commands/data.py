@@ -22,7 +22,8 @@ def check(args) -> None:
 
     data = load_typed(args).data
     paths.data_path(data.source, data.path)
-    writable(args.out, "--out (folder)", [("data.path", data.path if data.source != "synthetic" else None)])
+    data_path = ("data.path", data.path if data.source != "synthetic" else None)
+    writable(args.out, "--out (folder)", [data_path], holds=(".npy", ".json"))
 
 
 def run(args) -> int:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+PROBE_MAX_BYTES = 64 << 20  # the largest shipped probe record is 170 KiB
 HELP = "probe records and model facts -> predicted epochs and speedups, validated on the reference studies"
+
+
+HOLDS = (".csv", ".json")  # each table as CSV and JSON
 
 
 def add_arguments(parser) -> None:
@@ -39,7 +43,24 @@ def check(args) -> None:
     if args.facts:
         paths.resolve_input(args.facts, "--facts", kind="file")
         inputs.append(("--facts", args.facts))
-    writable(args.out, "--out (folder)", inputs)
+    writable(args.out, "--out (folder)", inputs, holds=HOLDS)
+    probes = [Path(args.probes, p.name) for p in Path(args.probes).glob("*.json")] if Path(args.probes).is_dir() else []
+    for folder in dict.fromkeys([*config.report.reference, *config.predict.validate_on]):
+        probes += sorted(p for p in Path(folder).rglob("*.json") if "probe" in p.relative_to(folder).parts[:-1])
+    check_probes(probes)
+
+
+def check_probes(files: list[Path]) -> None:
+    """Every probe record the stage may read holds finite figures within range, each key once, real text, and is a
+    regular file (gpuscale.contract.recordcheck): the cost model read a NaN in a probe into NaN predictions."""
+    from gpuscale.commands import UsageError
+    from gpuscale.contract import recordcheck
+
+    for path in files:
+        try:
+            recordcheck.read_json(path, "probe record", PROBE_MAX_BYTES)
+        except recordcheck.BadValue as err:
+            raise UsageError(f"{err}; take the probe again (gpuscale probe) or remove it") from None
 
 
 def run(args) -> int:

@@ -23,15 +23,15 @@ def add_arguments(parser) -> None:
 
 def check(args) -> None:
     """Every argument and the output, before any measuring (one line naming what is allowed)."""
-    from gpuscale.commands import UsageError, writable
+    from gpuscale.commands import MAX_THREADS, UsageError, writable
     from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
 
     if not is_device(args.device):
         raise UsageError(f"--device: {args.device!r} is malformed (allowed: {DEVICE_ALLOWED})")
     if args.seconds is not None and not 0 < args.seconds <= 600:
         raise UsageError(f"--seconds: {args.seconds} is out of range (allowed: more than 0, at most 600)")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads: {args.threads} is out of range (allowed: 1 to {MAX_THREADS})")
     writable(args.out, "--out")
     if args.data is not None:
         from pathlib import Path

@@ -12,13 +12,13 @@ def add_arguments(parser) -> None:
 
 
 def check(args) -> None:
-    from gpuscale.commands import UsageError, writable
+    from gpuscale.commands import MAX_THREADS, UsageError, writable
     from gpuscale.contract.settings import DEVICE_ALLOWED, DeviceSpec, is_device
 
     if not is_device(args.device) or DeviceSpec.parse(args.device).data_parallel:
         raise UsageError(f"--device: {args.device!r} is not allowed (allowed: one device of {DEVICE_ALLOWED})")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads: {args.threads} is out of range (allowed: 1 to {MAX_THREADS})")
     if args.out:
         writable(args.out, "--out")
 

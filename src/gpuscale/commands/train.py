@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from gpuscale.commands import UsageError, choice, input_folder, load_typed, model_choice, writable
+from gpuscale.commands import MAX_THREADS, UsageError, choice, input_folder, load_typed, model_choice, writable
 
 log = logging.getLogger("gpuscale")
 
@@ -58,12 +58,14 @@ def check(args) -> None:
         raise UsageError(f"--seed: {args.seed} is out of range (allowed: 0 to {MAX_SEED})")
     if args.round < 1:
         raise UsageError(f"--round: {args.round} is out of range (allowed: an integer >= 1)")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads: {args.threads} is out of range (allowed: an integer >= 1)")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads: {args.threads} is out of range (allowed: 1 to {MAX_THREADS})")
     if args.sweep is not None:
         match = SWEEP.match(args.sweep)
         if not match:
             raise UsageError(f"--sweep: {args.sweep!r} is malformed (allowed: threads=N or batch=N, N >= 1)")
+        if int(match[2]) > (limit := MAX_THREADS if match[1] == "threads" else 2**32 - 1):
+            raise UsageError(f"--sweep: {args.sweep!r} is out of range (allowed: {match[1]}=N, N from 1 to {limit})")
     data = Path(args.data)
     inputs = [input_folder(data, "--data")]
     if not (data / "manifest.json").is_file():

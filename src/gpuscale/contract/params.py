@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from gpuscale.contract import paths as path_checks
 from gpuscale.contract import settings as typed
-from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, schema
+from gpuscale.contract.paramschema import ParamsError, _key_path, _schema_alternatives, _schema_types, schema
 from gpuscale.contract.record import record_path, sweep_record_path  # noqa: F401 (where the Snakefile and cli look)
 from gpuscale.contract.yamlcheck import _POSITIONS, _check_keys, _check_node, _Loader
 from gpuscale.models import registry
@@ -26,6 +27,7 @@ from gpuscale.models import spec as model_spec
 from gpuscale.models.registry import MODEL_NAMES
 
 DEFAULT_PARAMS = Path("params.yaml")
+MAX_INTEGER = 2**32 - 1  # numpy's largest seed; no count a run takes comes near it
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -196,6 +198,7 @@ def validate(config: dict, source: str = "params.yaml") -> None:
         unknown = [e for e in errors if e.validator == "additionalProperties"]
         error = jsonschema.exceptions.best_match(unknown or errors)
         refuse(_error_path(error), _describe(error))
+    _integers(config, (), refuse)
     models = ("models", "unknown model", MODEL_NAMES)
     variants = ("variants", "is not defined under variants", tuple(config["variants"]))
     named = [(("study", "models", i), name, models) for i, name in enumerate(config["study"]["models"])]
@@ -206,9 +209,13 @@ def validate(config: dict, source: str = "params.yaml") -> None:
     for key_path, name, (kind, problem, allowed) in named:
         if kind == "models" and model_spec.is_spec(name):  # a model named by spec: its form, file, function
             try:
+                if model_spec.parse(name).kind == "file":  # code that runs: a .py file inside the project
+                    path_checks.model_file(name, _key_path(key_path))
                 registry.check(name)
             except model_spec.SpecError as err:
                 refuse(key_path, f"{_key_path(key_path)}: {err}")
+            except path_checks.PathError as err:
+                refuse(key_path, str(err))
             continue
         if name not in allowed:
             close = difflib.get_close_matches(name, allowed, n=1)
@@ -231,6 +238,26 @@ def validate(config: dict, source: str = "params.yaml") -> None:
                 ("study", "devices", index),
                 f"study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})",
             )
+
+
+def _integers(value, where: tuple, refuse) -> None:
+    """An integer beyond MAX_INTEGER (train.cpu_threads: 10**20 reached torch.set_num_threads as a traceback), and a
+    whole number written with a fraction (`epochs: 3.0`, `batch_size: 32.0`) where the schema wants an integer: the
+    schema takes 3.0 for an integer (JSON Schema does), every YAML reader reads the float 3.0, and training ended
+    in torch's traceback (batch_size should be a positive integer value, but got batch_size=32.0)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _integers(item, (*where, key), refuse)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _integers(item, (*where, index), refuse)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        refuse(where, f"{_key_path(where)}: {value} is beyond any count or seed gpuscale takes (at most {MAX_INTEGER})")
+    elif isinstance(value, float) and value.is_integer() and "number" not in (_schema_types(where) or {"number"}):
+        refuse(
+            where,
+            f"{_key_path(where)}: {value!r} is a whole number written with a fraction; write {int(value)}",
+        )
 
 
 def _error_path(error) -> tuple:

@@ -49,6 +49,9 @@ def _resolved(raw, key: str) -> tuple[str, Path]:
         raise PathError(f"{key}: an empty path; give a file or folder path")
     if "\0" in text:
         raise PathError(f"{key}: {text!r} holds a NUL byte, which no path can; retype it")
+    control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:  # a newline in a file name splits every line that names it
+        raise PathError(f"{key}: {text!r} holds a control character ({control!r}); retype it")
     try:
         return text, Path(text).resolve()
     except (RuntimeError, OSError) as err:  # a link loop (RuntimeError before Python 3.13, ELOOP after)
@@ -106,6 +109,8 @@ def resolve_output(raw, key: str, kind: str = "file", inputs: Iterable[tuple[str
     nor the project itself. Returns the resolved path (writes go to the path as given, which leads there)."""
     text, path = _resolved(raw, key)
     root = project_root()
+    if kind == "file" and text.endswith(("/", os.sep)):  # Path() drops the slash: the file went beside the folder
+        raise PathError(f"{key}: {text} ends in '/', which names a folder, where a file is expected; drop the '/'")
     if not Path(text).is_absolute() and not _inside(path, root):
         raise PathError(
             f"{key}: {_shown(text, path)} leads outside the project ({root}); give a path inside it, or an absolute "
@@ -146,13 +151,34 @@ def resolve_output(raw, key: str, kind: str = "file", inputs: Iterable[tuple[str
     return path
 
 
+def replaceable_folder(path, key: str, suffixes: tuple[str, ...]) -> None:
+    """A folder output is swapped in whole (gpuscale.contract.fsutil.atomic_directory), so an existing folder there
+    is replaced with all it holds: allowed when it is empty or holds only files of the kinds this output writes
+    (`suffixes`, and hidden files such as .DS_Store), none in a subfolder. `charts --out src` replaced the project's
+    code, `--out .git` its history."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    for entry in sorted(folder.iterdir()):
+        plain_file = entry.is_file() and not entry.is_symlink()
+        if plain_file and (entry.name.startswith(".") or entry.name.endswith(suffixes)):
+            continue
+        what = "a link" if entry.is_symlink() else "a folder" if entry.is_dir() else "a file"
+        raise PathError(
+            f"{key}: {path} holds {entry.name} ({what}), which this output never writes; an output folder is the "
+            f"output's alone (it is replaced whole): give a new or empty folder, or one this command wrote"
+        )
+
+
 def index_key(key: str, index: int) -> str:
     return f"{key}[{index}]"
 
 
 def reference_folders(folders: Iterable, key: str = "report.reference") -> list[Path]:
-    """Each reference folder resolved: an existing folder inside the project."""
-    return [
+    """Each reference folder resolved: an existing folder inside the project, and listed once (a link to a listed
+    folder, or a folder inside one, was read as a second host with the same records)."""
+    folders = list(folders)
+    resolved = [
         resolve_input(
             folder,
             index_key(key, i),
@@ -163,6 +189,17 @@ def reference_folders(folders: Iterable, key: str = "report.reference") -> list[
         )
         for i, folder in enumerate(folders)
     ]
+    for i, path in enumerate(resolved):
+        for j, other in enumerate(resolved[:i]):
+            if path.is_relative_to(other) or other.is_relative_to(path):
+                how = "is the same folder as" if path == other else "overlaps"
+                if Path(folders[i]) == Path(folders[j]):
+                    continue  # the same name twice (reference/x, reference/x/): one source, read once
+                raise PathError(
+                    f"{index_key(key, i)}: {_shown(str(folders[i]), path)} {how} {index_key(key, j)} ({folders[j]}); "
+                    "list each folder once"
+                )
+    return resolved
 
 
 def data_path(source: str, path) -> Path | None:
@@ -195,3 +232,34 @@ def model_file(spec: str, key: str) -> tuple[Path, str]:
 def params_files(files: Iterable) -> list[Path]:
     """The --params files, each an existing file (a FIFO would block the read, a folder is named as such)."""
     return [resolve_input(f, "--params", kind="file", fix="pass --params with an existing params file") for f in files]
+
+
+def read_regular(path, limit: int, what: str) -> bytes:
+    """The bytes of a file found inside an input folder (a record under a reference folder), read only when it is a
+    regular file of at most `limit` bytes: a FIFO named x.json would block the stage forever, and a link to
+    /dev/zero, or a file of gigabytes, would fill the memory. PathError otherwise, naming the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise PathError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PathError(f"{path}: {_kind_words(info.st_mode)}, not a {what}; remove it")
+        if info.st_size > limit:
+            raise PathError(f"{path}: {_size(info.st_size)}, larger than any {what} (at most {_size(limit)})")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):  # a file growing while read stops at limit too
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise PathError(f"{path}: larger than any {what} (at most {_size(limit)})")
+        return b"".join(chunks)
+    except OSError as err:
+        raise PathError(f"{path}: cannot read ({err.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size:,} bytes"

@@ -17,13 +17,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuscale.contract import conditions, fsutil
+from gpuscale.contract import conditions, fsutil, recordcheck
 from gpuscale.models import spec as model_spec
 
 DATA_FILES = ("contract/schemas/run-record.schema.json",)  # package data this module reads (gpuscale.deps)
 SCHEMA_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 KIND = "gpuscale.run"
+MAX_BYTES = 64 << 20  # the largest shipped run record is 17 KiB; a bigger file is no record of a run
 
 
 # The phases of a training step the phase profile times, in step order.
@@ -286,21 +287,14 @@ def validate(record: dict, source: str = "record") -> None:
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise RecordError(f"{source}: {where}: {error.message}")
+        shown = repr(error.instance)  # jsonschema's message quotes the value: a whole section stays one short line
+        message = error.message.replace(shown, f"{shown[:60]}...{shown[-1]}") if len(shown) > 80 else error.message
+        raise RecordError(f"{source}: {where}: {message}")
 
 
 def write(path: Path | str, record: dict) -> None:
     validate(record, source=str(path))
     fsutil.write_json(path, record)
-
-
-class _NotFinite(ValueError):
-    pass
-
-
-def _not_finite(constant: str):
-    """json's hook for NaN, Infinity and -Infinity, which Python reads but no timing can be."""
-    raise _NotFinite(constant)
 
 
 def files(folder: Path | str) -> list[Path]:
@@ -317,19 +311,9 @@ def files(folder: Path | str) -> list[Path]:
 def load(path: Path | str) -> dict:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise RecordError(f"{path}: cannot read ({err.strerror})") from None
-    except UnicodeDecodeError as err:
-        raise RecordError(f"{path}: not UTF-8 text (bad byte at offset {err.start}), so not a run record") from None
-    try:
-        record = json.loads(text, parse_constant=_not_finite)
-    except _NotFinite as err:
-        raise RecordError(f"{path}: holds {err}, not a finite number; a record's figures are finite") from None
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not valid JSON (line {err.lineno}: {err.msg}); truncated or hand-edited?") from None
-    except RecursionError:
-        raise RecordError(f"{path}: JSON nested far too deeply to be a run record") from None
+        record = recordcheck.read_json(path, "run record", MAX_BYTES)
+    except recordcheck.BadValue as err:
+        raise RecordError(str(err)) from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: not a run record (top level is not an object)")
     version = record.get("schema_version")
@@ -337,6 +321,10 @@ def load(path: Path | str) -> dict:
         raise RecordError(f"{path}: written by a newer gpuscale (schema {version}); upgrade gpuscale to read it")
     try:
         validate(record, source=str(path))
+        recordcheck.check_times(record)
+        recordcheck.check_identity(record)
+    except recordcheck.BadValue as err:
+        raise RecordError(f"{path}: {err}") from None
     except RecursionError:
         raise RecordError(f"{path}: JSON nested far too deeply to be a run record") from None
     return upgrade(record)

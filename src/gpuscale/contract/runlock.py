@@ -153,6 +153,23 @@ def hold_workflow(folder: Path | str = ".") -> None:
     os.environ[ENV] = str(os.getpid())
 
 
+NO_HOOK_FLAGS = ("--no-hooks", "--delete-all-output", "--delete-temp-output")
+
+
+def hooks_skipped(argv: list[str]) -> str | None:
+    """The Snakemake flag in `argv` under which no onstart runs, though the run writes or deletes outputs
+    (`--no-hooks`, `--delete-all-output`, `--delete-temp-output`, or an abbreviation argparse accepts), unless it is
+    a dry run; None otherwise. The Snakefile then holds the folder from its parse on (the main process's
+    settings are not known at parse time, so the command line is read)."""
+    names = [arg.split("=", 1)[0] for arg in argv[1:]]
+    dry = any(n in ("--dry-run", "--dryrun", "--dry") or (n[:1] == "-" and n[1:2] != "-" and "n" in n) for n in names)
+    for name in names:
+        flag = next((f for f in NO_HOOK_FLAGS if len(name) > 5 and f.startswith(name)), None)
+        if flag and not dry:
+            return flag
+    return None
+
+
 def release_workflow(folder: Path | str = ".") -> None:
     """For the Snakemake run whose jobs are all done (its onsuccess, before `dvc commit`, which takes DVC's lock):
     let go of DVC's lock and workflow.lock; the process's end lets go of them otherwise."""

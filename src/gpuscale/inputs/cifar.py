@@ -111,9 +111,17 @@ def read_cifar_archive(archive: Path) -> Dataset:
 
         train = [parse_cifar_batch(read(name), name) for name in CIFAR_TRAIN_MEMBERS]
         test_images, test_labels = parse_cifar_batch(read(CIFAR_TEST_MEMBER), CIFAR_TEST_MEMBER)
+    train_labels = np.concatenate([labels for _, labels in train])
+    for where, labels in (("the train batches", train_labels), (CIFAR_TEST_MEMBER, test_labels)):
+        missing = [name for i, name in enumerate(CIFAR_CLASSES) if not np.any(labels == i)]
+        if missing:  # as an image folder's class in one split only: accuracy over classes never trained or tested
+            raise DataError(
+                f"{archive}: class {missing[0]!r} has no image in {where} ({len(missing)} of {len(CIFAR_CLASSES)} "
+                f"classes missing there); not the official archive: replace it with cifar-10-binary.tar.gz"
+            )
     return Dataset(
         train_images=np.concatenate([images for images, _ in train]),
-        train_labels=np.concatenate([labels for _, labels in train]),
+        train_labels=train_labels,
         test_images=test_images,
         test_labels=test_labels,
         classes=CIFAR_CLASSES,
