@@ -341,7 +341,17 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
     assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
     assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
     (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
-    with pytest.raises(cm.CostModelError, match=r"cuda.json: fixed_step_seconds: -1 is less than the minimum of 0"):
+    # a bad probe of a reference folder is skipped and listed (the folder's GPU side is then not checked)
+    got = predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
+    (entry,) = got["skipped"]
+    assert (
+        entry["path"].endswith("cuda.json")
+        and "fixed_step_seconds: -1 is less than the minimum of 0" in entry["reason"]
+    )
+    assert not [r for r in got["validation"] if r["calibration"] == "probe" and r["device"] == "cuda"]
+    # the user's own probe is not skipped: it stops the stage
+    probes.write_text(json.dumps({**probe_record(), "fixed_step_seconds": -1}))
+    with pytest.raises(cm.CostModelError, match=r"probe.json: fixed_step_seconds: -1 is less than the minimum of 0"):
         predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
 
 

@@ -35,3 +35,35 @@ def test_readme_is_a_front_door_whose_links_resolve():
             assert (REPO / target).exists(), target
     for page in ("methodology", "params", "faults", "install", "cluster", "prediction"):
         assert f"docs/{page}.md" in text
+
+
+def _resolves(name: str) -> bool:
+    """A dotted name is a module of the package, or an attribute reached from the longest module it starts with."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_module_the_docs_name_exists():
+    """docs/faults.md named `gpuscale.data` and `gpuscale.docs` for months after the stage folders moved them: each
+    dotted `gpuscale.` name in the README and docs/ must still import (a module, or an attribute of one)."""
+    dotted = re.compile(r"\bgpuscale(?:\.[A-Za-z_]\w*)+")
+    named = {
+        (path.name, m.group(0))
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        for m in dotted.finditer(path.read_text())
+    }
+    assert len(named) > 10  # the scan finds what the docs name
+    assert [n for n in sorted(named) if not _resolves(n[1])] == []
+    assert not _resolves("gpuscale.data") and not _resolves("gpuscale.inputs.data.nothing_here")

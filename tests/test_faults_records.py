@@ -282,8 +282,47 @@ def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypa
     params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
     code = cli.main(["predict", *params, "--probes", "probes", "--out", "predicted"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and f"{bad.relative_to(tmp_path)}: " in err[0], err
-    assert not (tmp_path / "predicted").exists()
+    named = f"{bad.relative_to(tmp_path)}: "
+    if where == "--probes":  # the user's own probe: the stage stops, one line, nothing written
+        assert code == 2 and len(err) == 1 and named in err[0], err
+        assert not (tmp_path / "predicted").exists()
+        return
+    # a reference folder's probe is data from outside: skipped with a warning and listed for the report
+    assert code == 0 and any("skipped a bad record of reference: small" in e and named in e for e in err), err
+    (entry,) = json.loads((tmp_path / "predicted/skipped.json").read_text())
+    assert entry["path"] == str(bad.relative_to(tmp_path)) and entry["source"] == "reference: small", entry
+    host = (tmp_path / "predicted/host.csv").read_text()
+    assert "nan" not in host.lower() and "inf" not in host.lower()
+
+
+def test_a_bad_run_record_of_a_validation_folder_is_skipped_and_reaches_the_report(tmp_path, monkeypatch, capsys):
+    """predict stopped on a bad record of a predict.validate_on folder that the aggregate stage would skip."""
+    from conftest import TINY, write_yaml
+
+    from gpuscale import cli
+    from gpuscale.present import report
+
+    records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
+    (tmp_path / "probes").mkdir()
+    for src in (REPO / "reference/h200-2026-12-03-lease/probe").glob("*.json"):
+        (tmp_path / "probes" / src.name).write_text(src.read_text())
+    bad = sorted((tmp_path / "reference/small").rglob("*.json"))[0]
+    bad.write_text(bad.read_text().replace('"schema_version"', '"schema_version": 1, "x"', 1))
+    study = {**TINY["study"], "devices": ["cpu", "cuda"]}
+    write_yaml(
+        tmp_path / "o.yaml",
+        {**TINY, "study": study, "report": {"reference": []}, "predict": {"validate_on": ["reference/small"]}},
+    )
+    monkeypatch.chdir(tmp_path)
+    params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
+    code = cli.main(["predict", *params, "--probes", "probes", "--out", "predicted"])
+    err = capsys.readouterr().err
+    assert code == 0 and f"{bad.relative_to(tmp_path)}: " in err, err
+    pred = {"skipped": json.loads((tmp_path / "predicted/skipped.json").read_text())}
+    tables = report.with_predict_skips({"skipped_records": []}, pred)
+    assert [s["path"] for s in tables["skipped_records"]] == [str(bad.relative_to(tmp_path))]
+    again = report.with_predict_skips(tables, pred)  # read by both stages: listed once
+    assert again["skipped_records"] == tables["skipped_records"]
 
 
 # ----------------------------------------------------------------------------- generated: a figure or a text mutated

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PROBE_MAX_BYTES = 64 << 20  # the largest shipped probe record is 170 KiB
 HELP = "probe records and model facts -> predicted epochs and speedups, validated on the reference studies"
 
 
@@ -44,10 +43,9 @@ def check(args) -> None:
         paths.resolve_input(args.facts, "--facts", kind="file")
         inputs.append(("--facts", args.facts))
     writable(args.out, "--out (folder)", inputs, holds=HOLDS)
-    probes = [Path(args.probes, p.name) for p in Path(args.probes).glob("*.json")] if Path(args.probes).is_dir() else []
-    for folder in dict.fromkeys([*config.report.reference, *config.predict.validate_on]):
-        probes += sorted(p for p in Path(folder).rglob("*.json") if "probe" in p.relative_to(folder).parts[:-1])
-    check_probes(probes)
+    # the user's own probes stop the stage when bad; a reference folder's are skipped by the run, with a line
+    # in results/predict/skipped (the report's conditions show it)
+    check_probes(sorted(Path(args.probes).glob("*.json")) if Path(args.probes).is_dir() else [])
 
 
 def check_probes(files: list[Path]) -> None:
@@ -58,7 +56,7 @@ def check_probes(files: list[Path]) -> None:
 
     for path in files:
         try:
-            recordcheck.read_json(path, "probe record", PROBE_MAX_BYTES)
+            recordcheck.read_json(path, "probe record", recordcheck.PROBE_MAX_BYTES)
         except recordcheck.BadValue as err:
             raise UsageError(f"{err}; take the probe again (gpuscale probe) or remove it") from None
 
@@ -171,7 +169,7 @@ def _one_off(args, params, scratch: str) -> int:
 
     from gpuscale.measure import envinfo
     from gpuscale.models import spec as model_spec
-    from gpuscale.predict import costmodel, transfer
+    from gpuscale.predict import costmodel
     from gpuscale.predict import prediction as predict
 
     lease = envinfo.boot_id()
@@ -199,12 +197,8 @@ def _one_off(args, params, scratch: str) -> int:
             return 2
         probes = predict.load_probes(list(got.values()))
         folders = list(dict.fromkeys([*params.report.reference, *params.predict.validate_on]))
-        leases = [
-            x
-            for f in folders
-            if Path(f).is_dir()
-            for x in transfer.leases_of(f, predict.load_records, predict.load_probes)
-        ]
+        skipped: list[dict] = []  # a reference folder's bad records: warned and left out, as in the study's run
+        leases = [x for f in folders if Path(f).is_dir() for x in predict.reference_leases(f, skipped)]
         rows, _ = predict.host_predictions(
             probes, facts, [args.model], {}, params.data.train_size or 50_000, params.train.batch_size, leases
         )

@@ -17,6 +17,7 @@ from gpuscale.contract import paths
 # No figure of a run reaches it (the largest in the shipped records: 5e13 FLOP/s); below it every integer fits a
 # table's Int64 and a product or ratio of two figures stays finite.
 LARGEST = 10**18
+PROBE_MAX_BYTES = 64 << 20  # the largest shipped probe record is 170 KiB; a bigger file is no probe record
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 
 

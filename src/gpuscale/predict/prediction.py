@@ -6,7 +6,9 @@ Writes, under results/predict/ (each table as .csv to read and .json for the rep
 - validation: leave-one-model-out on each reference study, one row per (model, device, variant) and per
   speedup; validation_summary: median and worst absolute error per device and variant, against targets;
 - constants: every constant of every calibration used (probe-only, and fitted on each reference study);
-- paper: what the paper's three published points imply about its hardware, beside the reference host.
+- paper: what the paper's three published points imply about its hardware, beside the reference host;
+- skipped: each bad record (run or probe) of a reference or validation folder, left out with a warning: its source,
+  file and why (the report's conditions list it); a bad probe of the user's own stops the stage instead.
 `tables()` reads them back, ready to render.
 """
 
@@ -23,14 +25,14 @@ from pathlib import Path
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.contract import fsutil
+from gpuscale.contract import fsutil, recordcheck
 from gpuscale.contract import record as record_mod
 from gpuscale.predict import checks, transfer
 from gpuscale.predict import costmodel as cm
 
 log = logging.getLogger("gpuscale.predict")
 
-TABLES = ("host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary")
+TABLES = ("host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary", "skipped")
 MEDIAN_TARGET_PERCENT = 15.0
 WORST_TARGET_PERCENT = 35.0
 GPU_DEVICES = ("cuda", "mps")
@@ -42,16 +44,17 @@ def load_records(folder: Path) -> list[dict]:
 
 
 def load_probes(paths: list[Path]) -> dict[str, dict]:
-    """Probe records by device, each checked against contract/schemas/probe-record.schema.json (torch-free)."""
+    """Probe records by device, each read as data from outside (gpuscale.contract.recordcheck: a regular file,
+    finite figures, each key once) and checked against contract/schemas/probe-record.schema.json (torch-free)."""
     import jsonschema
 
     schema = json.loads(resources.files("gpuscale").joinpath("contract/schemas/probe-record.schema.json").read_text())
     probes = {}
     for path in paths:
         try:
-            probe = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise cm.CostModelError(f"{path}: unreadable probe record ({err})") from None
+            probe = recordcheck.read_json(Path(path), "probe record", recordcheck.PROBE_MAX_BYTES)
+        except recordcheck.BadValue as err:
+            raise cm.CostModelError(str(err)) from None
         if not isinstance(probe, dict) or probe.get("kind") != "gpuscale.probe":
             raise cm.CostModelError(f"{path}: not a probe record")
         error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(probe))
@@ -60,6 +63,51 @@ def load_probes(paths: list[Path]) -> dict[str, dict]:
             raise cm.CostModelError(f"{path}: {where}: {error.message}")
         probes[probe["device"]] = probe
     return probes
+
+
+def _skip(skipped: list[dict], source: str, path: Path, reason: str) -> None:
+    """List a bad record of a reference folder once (a folder is read more than once), with one warning."""
+    if all(s["path"] != str(path) for s in skipped):
+        log.warning("skipped a bad record of %s: %s", source, reason)
+        skipped.append({"source": source, "path": str(path), "reason": reason})
+
+
+def source_of(folder: Path | str) -> str:
+    """A reference folder as the aggregate stage names it among the sources ('reference: <folder name>')."""
+    return f"reference: {Path(folder).name}"
+
+
+def reference_records(folder: Path | str, skipped: list[dict], source: str | None = None) -> list[dict]:
+    """The run records under a reference or validation folder. The folder is data from outside that the user did
+    not make: a bad record is skipped and listed in `skipped` (as the aggregate stage does), not a stop."""
+    out = []
+    for path in record_mod.files(Path(folder)):
+        try:
+            out.append(record_mod.load(path))
+        except record_mod.RecordError as err:
+            _skip(skipped, source or source_of(folder), path, str(err))
+    return out
+
+
+def reference_probes(paths: list[Path], skipped: list[dict], source: str) -> dict[str, dict]:
+    """A reference folder's probe records by device; a bad one is skipped and listed, as a bad run record is."""
+    out = {}
+    for path in paths:
+        try:
+            out.update(load_probes([path]))
+        except cm.CostModelError as err:
+            _skip(skipped, source, Path(path), str(err))
+    return out
+
+
+def reference_leases(folder: Path | str, skipped: list[dict]) -> list[transfer.Lease]:
+    """The leases of a reference folder (gpuscale.predict.transfer.leases_of), its bad records skipped and listed."""
+    source = source_of(folder)
+    return transfer.leases_of(
+        folder,
+        lambda unit: reference_records(unit, skipped, source),
+        lambda paths: reference_probes(paths, skipped, source),
+    )
 
 
 def _facts(records: list[dict], facts: dict[str, cm.ModelFacts]) -> dict[str, cm.ModelFacts]:
@@ -435,7 +483,8 @@ def run(
             "no model facts file (%s): the records' total FLOPs stand in (no layer counts, no FLOPs by kind)",
             facts_path or cm.FACTS_FILE,
         )
-    references = {str(folder): load_records(Path(folder)) for folder in reference_folders}
+    skipped: list[dict] = []
+    references = {str(folder): reference_records(folder, skipped) for folder in reference_folders}
     reference_facts = _facts([r for rs in references.values() for r in rs], facts)
     probes = load_probes(probe_paths)
     checked = list(dict.fromkeys([*map(str, reference_folders), *map(str, validation_folders or [])]))
@@ -444,11 +493,14 @@ def run(
             raise cm.CostModelError(
                 f"{folder}: no such folder (report.reference / predict.validate_on); restore it or take it out"
             )
-    leases = [lease for folder in checked for lease in transfer.leases_of(folder, load_records, load_probes)]
+    leases = [lease for folder in checked for lease in reference_leases(folder, skipped)]
     host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size, leases)
-    checked_records = {folder: references.get(folder) or load_records(Path(folder)) for folder in checked}
-    reference_probes = {folder: load_probes(sorted((Path(folder) / "probe").glob("*.json"))) for folder in checked}
-    rows, summary, ref_constants = validation(checked_records, facts, reference_probes)
+    checked_records = {folder: references.get(folder) or reference_records(folder, skipped) for folder in checked}
+    folder_probes = {
+        folder: reference_probes(sorted((Path(folder) / "probe").glob("*.json")), skipped, source_of(folder))
+        for folder in checked
+    }
+    rows, summary, ref_constants = validation(checked_records, facts, folder_probes)
     paper_constants = [
         {"fitted_on": "the paper's three points", **c.constants()} for c in paper_cost_model(reference_facts).values()
     ]
@@ -461,6 +513,7 @@ def run(
         "transfer": [_round(r) for r in transfer.leave_one_lease_out(leases, reference_facts)],
     }
     result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
+    result["skipped"] = skipped
     with fsutil.atomic_directory(out) as folder:  # the set swapped in whole: a half-written one is never read
         for name, table in result.items():
             write_table(folder, name, table)

@@ -91,6 +91,14 @@ def _sections(page: Page) -> tuple[list[dict], dict]:
     return listed, names
 
 
+def with_predict_skips(tables: dict, pred: dict | None) -> dict:
+    """The aggregate stage's skipped records and the predict stage's (a bad record of a reference or validation
+    folder, which only predict reads), each file once: the conditions and checks list them all."""
+    seen = {s["path"] for s in tables.get("skipped_records", [])}
+    extra = [s for s in (pred or {}).get("skipped", []) if s["path"] not in seen]
+    return {**tables, "skipped_records": [*tables.get("skipped_records", []), *extra]} if extra else tables
+
+
 def render(
     tables: dict,
     chart_dir: Path,
@@ -112,6 +120,7 @@ def render(
     )
     template = env.get_template("report.html.j2")
     params = Params.of(params)
+    tables = with_predict_skips(tables, pred)
     sections, names = _sections(Page(tables, params, pred, out_dir, params_files))
     return template.render(
         title=params.report.title,
