@@ -299,3 +299,22 @@ def test_splits_one_folder_down_are_named_with_the_fix(tmp_path, kind, fix):
     prepare_fails(
         tmp_path, f"no images under train/<class>/, but the splits lie under cifar/ .*; {fix}", path=str(path)
     )
+
+
+@pytest.mark.parametrize("kind", ["folder", "zip"])
+@pytest.mark.parametrize("spelt", [{"train": "Train"}, {"test": "TEST"}, {"train": "Train", "test": "Test"}])
+def test_split_folders_in_another_case_are_named_with_the_fix(tmp_path, kind, spelt):
+    """Train/ and Test/ got the plain `no images under train/<class>/` line, with no word of the folder there."""
+    members = {}
+    for name, raw in DISTINCT.items():
+        split, rest = name.split("/", 1)
+        members[f"{spelt.get(split, split)}/{rest}"] = raw
+    first = "train" if "train" in spelt else "test"
+    wrong = spelt[first]
+    path = source(tmp_path, kind, members)
+    prepare_fails(
+        tmp_path,
+        rf"no images under {first}/<class>/, but there is {wrong}/: split folders are spelt in lower case "
+        rf"\(rename {wrong}/ to {first}/\)",
+        path=str(path),
+    )

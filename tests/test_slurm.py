@@ -91,6 +91,9 @@ def cluster(tmp_path):
                 "SelectTypeParameters=CR_CPU",
                 "ReturnToService=2",
                 "MpiDefault=none",
+                # keep finished jobs queryable by scontrol for the whole test: the default (300 s)
+                # purges them before a slow workflow's end, and the test reads their partitions then
+                "MinJobAge=86400",
                 "AccountingStorageType=accounting_storage/none",
                 "JobAcctGatherType=jobacct_gather/none",
                 f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",

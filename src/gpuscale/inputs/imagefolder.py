@@ -272,7 +272,9 @@ def _entries(root: Path) -> tuple[list[_Image], set[tuple[str, str]], list[tuple
     # A source whose splits lie one folder down (a zip of the folder rather than of its contents).
     nested = [m.name for m in members if len(_parts(m.name)) >= 4 and _parts(m.name)[1] in SPLITS]
     nested = [n for n in nested if not _hidden(_parts(n))]
-    return images, folders, strays, {"hidden": hidden, "repeated": repeated, "nested": nested}
+    # Splits spelt in another case (Train/, TEST/): read as neither, named in the refusal.
+    cased = sorted({p[0] for p in map(_parts, (m.name for m in members)) if p and p[0].lower() in SPLITS} - set(SPLITS))
+    return images, folders, strays, {"hidden": hidden, "repeated": repeated, "nested": nested, "cased": cased}
 
 
 def _refuse_aliases(root: Path, images: list[_Image], folders: set[tuple[str, str]]) -> None:
@@ -326,7 +328,7 @@ def imagefolder(settings: DataSettings) -> Dataset:
     images = [i for i in found if Path(i.name).suffix.lower() in IMAGE_SUFFIXES]
     others = [i.name for i in found if Path(i.name).suffix.lower() not in IMAGE_SUFFIXES]
     _refuse_or_skip_strays(root, mode, others, strays)
-    classes = _imagefolder_classes(root, images, folders, left_out["nested"])
+    classes = _imagefolder_classes(root, images, folders, left_out["nested"], left_out["cased"])
     arrays, converted, identical = _decode_splits(root, images, classes, mode)
     # Said once the source is read whole, so that a source refused later ends in its one line alone.
     leaked = sum(n.startswith("train/") and " and test/" in n for n in identical)
@@ -388,14 +390,24 @@ def _refuse_or_skip_strays(root: Path, mode: str, others: list[str], strays: lis
         )
 
 
-def _imagefolder_classes(root: Path, images: list[_Image], folders, nested: list[str] = ()) -> list[str]:
+def _imagefolder_classes(
+    root: Path, images: list[_Image], folders, nested: list[str] = (), cased: list[str] = ()
+) -> list[str]:
     """The class names, the same in both splits, none of them empty. A class in one split only is refused,
-    naming it: the test accuracy of a class never tested, or never trained, means nothing."""
+    naming it: the test accuracy of a class never tested, or never trained, means nothing. A split folder
+    spelt in another case (`Train/`) is named with the fix: names are read as they are on every system."""
     held = {(i.split, i.cls) for i in images}
     empty = sorted(f"{s}/{c}" for s, c in folders if (s, unicodedata.normalize("NFC", c)) not in held)
     if empty:
         raise DataError(f"{root}: class folder {empty[0]}/ holds no images (add images or remove the folder)")
     classes = {split: sorted({i.cls for i in images if i.split == split}) for split in SPLITS}
+    wrong = [(split, c) for split in SPLITS if not classes[split] for c in cased if c.lower() == split]
+    if wrong:
+        split, name = wrong[0]
+        raise DataError(
+            f"{root}: no images under {split}/<class>/, but there is {name}/: split folders are spelt in "
+            f"lower case (rename {name}/ to {split}/)"
+        )
     if not classes["train"] and nested:
         top = _parts(nested[0])[0]
         fix = (

@@ -72,7 +72,8 @@ PREDICTION_LABEL = "PREDICTION"
 
 
 def load_predictions(folder: Path | str | None) -> dict | None:
-    """The predict stage's tables (gpuscale.predict.prediction.tables) and its per-model view, or None without the folder."""
+    """The predict stage's tables (gpuscale.predict.prediction.tables) and its per-model view, or None without
+    the folder."""
     if folder is None or not Path(folder).is_dir():
         return None
     got = predict.tables(folder)
