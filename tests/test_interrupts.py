@@ -220,3 +220,40 @@ def test_a_signal_while_training_is_one_line_and_the_next_run_completes(sig, pro
     assert last.startswith("gpuscale train: ") and "no partial output was left" in last, last
     assert not (project / "runs" / f"{sig.name}.json").exists() and not partials(project / "runs")
     assert gpuscale(project, "train", *args, timeout=300).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "which, value, expected",
+    [
+        (resource.RLIMIT_AS, 400 << 20, ["for want of address space", "ulimit -v: 400 MiB"]),
+        (resource.RLIMIT_FSIZE, 0, ["no temporary folder could be written", "ulimit -f: 0 MiB"]),
+    ],
+)
+def test_a_process_limit_met_while_torch_loads_is_one_line(tmp_path, which, value, expected):
+    """An address-space limit failed inside torch's loading (ImportError: failed to map segment), and a file-size
+    limit of 0 bytes inside Python's tempfile, each with a traceback: now one line naming the limit (exit 1)."""
+
+    def limited():
+        resource.setrlimit(which, (value, value))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "models", "--params", str(REPO / "params.yaml")],
+        cwd=tmp_path,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+        check=False,
+        timeout=300,
+    )
+    one_line(done, 1, "gpuscale models: error: ", *expected)
+
+
+def test_an_error_that_is_no_limit_keeps_its_traceback():
+    import errno
+
+    assert cli.out_of_resources(ImportError("No module named 'thing'")) is None
+    assert cli.out_of_resources(OSError(errno.ENOENT, "missing")) is None
+    assert cli.out_of_resources(ValueError("bad")) is None
+    assert "could not write a file" in cli.out_of_resources(OSError(errno.ENOSPC, "No space left on device"))
+    assert "out of memory" in cli.out_of_resources(MemoryError())

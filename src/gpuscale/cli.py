@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Terminated, Exception) as err:
         signalled = interrupt_behind(err)
         if signalled is None:
-            raise
+            short = out_of_resources(err)
+            if short is None:
+                raise
+            return fail(f"{_who(state)}: error: {short}", 1)  # as a write that meets a limit: a runtime failure
         said = "interrupted (SIGINT)" if signalled is KeyboardInterrupt else "stopped by SIGTERM"
         code = EXIT_SIGINT if signalled is KeyboardInterrupt else EXIT_SIGTERM
         code = fail(f"{_who(state)}: {said}; no partial output was left: run it again to finish", code)
@@ -208,6 +211,33 @@ def interrupt_behind(err: BaseException) -> type | None:
             return type(err)
         seen.add(id(err))
         err = err.__cause__ or err.__context__
+    return None
+
+
+def out_of_resources(err: BaseException) -> str | None:
+    """One line for a command that a process limit or a full disk stopped where gpuscale has no handler of its own
+    (inside numpy's or torch's loading, Python's tempfile), naming the limit; None for anything else (a bug keeps its
+    traceback). Seen: `ulimit -v` gives torch's ImportError `libtorch_cpu.so: failed to map segment from shared
+    object`, a MemoryError or ENOMEM; `ulimit -f` or a full disk gives EFBIG/ENOSPC, or tempfile's `No usable
+    temporary directory found`."""
+    import errno
+    import resource
+
+    def limit(which: int) -> str:
+        soft = resource.getrlimit(which)[0]
+        return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:,.0f} MiB"
+
+    memory = f"raise the limit (ulimit -v: {limit(resource.RLIMIT_AS)}) or free memory"
+    files = f"raise the limit (ulimit -f: {limit(resource.RLIMIT_FSIZE)}) or free disk space"
+    text = str(err)
+    if isinstance(err, MemoryError) or getattr(err, "errno", None) == errno.ENOMEM:
+        return f"out of memory ({type(err).__name__}: {text or 'no message'}); {memory}"
+    if isinstance(err, ImportError) and ("failed to map segment" in text or "cannot allocate memory" in text.lower()):
+        return f"could not load a library, for want of address space ({text}); {memory}"
+    if getattr(err, "errno", None) in (errno.EFBIG, errno.ENOSPC):
+        return f"could not write a file ({text}); {files}"
+    if isinstance(err, FileNotFoundError) and "No usable temporary directory found" in text:
+        return f"no temporary folder could be written (Python's tempfile tried them all); {files}"
     return None
 
 
