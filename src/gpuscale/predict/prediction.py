@@ -514,6 +514,12 @@ def run(
     }
     result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
     result["skipped"] = skipped
+    _write_all(out, result, summary)
+    return result
+
+
+def _write_all(out: Path, result: dict[str, list[dict]], summary: list[dict]) -> None:
+    """Every table into `out`, swapped in whole, and the validation summary's lines in the log."""
     with fsutil.atomic_directory(out) as folder:  # the set swapped in whole: a half-written one is never read
         for name, table in result.items():
             write_table(folder, name, table)
@@ -527,7 +533,6 @@ def run(
             s["worst_abs_error_percent"],
             s["worst_model"],
         )
-    return result
 
 
 def tables(folder: Path | str = "results/predict") -> dict[str, list[dict]]:
