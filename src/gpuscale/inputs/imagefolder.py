@@ -252,9 +252,11 @@ def _entries(root: Path) -> tuple[list[_Image], set[tuple[str, str]], list[tuple
     one file on macOS or Windows (case, Unicode normalisation) are refused, naming both.
     """
     members, repeated = _once(root, _folder_members(root) if root.is_dir() else _zip_members(root))
-    images, folders, strays, hidden = [], set(), [], []
+    images, folders, strays, hidden, cased = [], set(), [], [], set()
     for member in members:
         parts = _parts(member.name)
+        if parts and parts[0] not in SPLITS and parts[0].lower() in SPLITS:
+            cased.add(parts[0])  # a split spelt in another case (Train/, TEST/): read as neither, named in the refusal
         in_split = len(parts) >= 2 and parts[0] in SPLITS and not _hidden(parts[:2])
         if in_split and (len(parts) >= 3 or member.is_dir):  # train/README.txt is a stray file, not a class
             folders.add((parts[0], parts[1]))
@@ -272,9 +274,8 @@ def _entries(root: Path) -> tuple[list[_Image], set[tuple[str, str]], list[tuple
     # A source whose splits lie one folder down (a zip of the folder rather than of its contents).
     nested = [m.name for m in members if len(_parts(m.name)) >= 4 and _parts(m.name)[1] in SPLITS]
     nested = [n for n in nested if not _hidden(_parts(n))]
-    # Splits spelt in another case (Train/, TEST/): read as neither, named in the refusal.
-    cased = sorted({p[0] for p in map(_parts, (m.name for m in members)) if p and p[0].lower() in SPLITS} - set(SPLITS))
-    return images, folders, strays, {"hidden": hidden, "repeated": repeated, "nested": nested, "cased": cased}
+    left_out = {"hidden": hidden, "repeated": repeated, "nested": nested, "cased": sorted(cased)}
+    return images, folders, strays, left_out
 
 
 def _refuse_aliases(root: Path, images: list[_Image], folders: set[tuple[str, str]]) -> None:
