@@ -49,6 +49,7 @@ def run_record(model, device, seconds, seed=0, wait=None, variant="paper", image
         "data": {"train_images": images},
         "timing": {"steady_epoch_seconds_median": seconds},
         "environment": {"host_fingerprint": "host1"},
+        "conditions": {"lease": "unknown"},  # as record.upgrade leaves a record made before schema 4
         "phase_profile": None,
     }
     if wait is not None:

@@ -103,6 +103,38 @@ def test_a_record_outside_any_runs_folder_is_not_judged_by_its_place(tmp_path):
     assert record.misplaced(path, record.load(path)) is None
 
 
+def test_the_aggregate_and_predict_stages_skip_the_same_records_of_a_reference_folder(tmp_path):
+    """One loader (gpuscale.contract.recordset) for both stages: a record that does not read, lies elsewhere than its
+    key, repeats a run of its lease (here across two lease folders) or comes from another host is skipped by both,
+    and nothing else is; the predict stage reads the folder as a whole, as the aggregate stage does."""
+    from gpuscale.predict import prediction
+
+    rec = json.loads(REAL.read_text())
+    lease = rec["conditions"]["lease"]
+    folder = tmp_path / "ref"
+    good = place(folder / "leases/a", rec)
+    other = {**rec, "environment": {**rec["environment"], "host_fingerprint": "f" * 64, "boot_id": "b"}}
+    bad = {
+        place(folder / "leases/b", {**other, "conditions": {**rec["conditions"], "lease": "b"}}),  # another host
+        place(folder / "leases/c", rec),  # the run of lease a again
+        place(folder / "leases/a", rec, "runs/resnet18/cuda/paper-seed0.json"),  # elsewhere than its key
+        place(folder / "leases/a", {"schema_version": 4}, "runs/simplecnn/cpu/paper-seed0.json"),  # does not read
+    }
+    for unit in ("a", "b", "c"):
+        (folder / "leases" / unit / "probe").mkdir()
+    assert lease != "b"
+    _, agg = aggregate.load_all(
+        {prediction.source_of(folder): record.files(folder)}, lenient=(prediction.source_of(folder),)
+    )
+    by_records, by_leases = [], []
+    kept = prediction.reference_records(folder, by_records)
+    prediction.reference_leases(folder, by_leases)
+    assert {Path(s["path"]) for s in agg} == bad, agg
+    assert [s["path"] for s in by_records] == [s["path"] for s in agg] == [s["path"] for s in by_leases]
+    assert [s["reason"] for s in by_records] == [s["reason"] for s in agg]
+    assert len(kept) == 1 and record.misplaced(good, kept[0]) is None
+
+
 def test_a_bad_reference_record_is_named_in_the_reports_conditions_section(tmp_path, monkeypatch, capsys):
     """Through the real stages (aggregate, charts, report): each skipped record of a reference folder is one line of
     the Measurement conditions section naming its file and the reason, as its warning did."""

@@ -152,8 +152,9 @@ def three_leases(tmp_path, monkeypatch, paces=(1.0, 2.0, 4.0)):
                 path = folder / "runs" / model / device / "paper-seed0.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 seconds = factor * base(probe, model)
-                path.write_text(json.dumps(run_record(model, device, seconds, images=1000, batch=100)))
-    monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))
+                rec = run_record(model, device, seconds, images=1000, batch=100)
+                path.write_text(json.dumps({**rec, "conditions": {"lease": f"boot{i}"}}))  # the lease of its probe
+    monkeypatch.setattr(predict.record_mod, "load", lambda p: json.loads(p.read_text()))  # records cut to what counts
     return study.parent
 
 

@@ -38,7 +38,7 @@ from gpuscale.analyze.tables import (  # noqa: F401
     paper_frame,
     read_tables,
 )
-from gpuscale.contract import record
+from gpuscale.contract import record, recordset
 
 log = logging.getLogger("gpuscale.analyze.aggregate")
 
@@ -67,19 +67,17 @@ def linked_folders(folder: Path) -> list[dict]:
 def load_all(
     sources: dict[str, list[Path]], skip_bad: bool = False, lenient: tuple[str, ...] = ()
 ) -> tuple[list[tuple[str, Path, dict]], list[dict]]:
-    """(source, path, record) for every listed record, and the skipped ones. A record is data from outside: it must
-    read (gpuscale.contract.record.load: schema, finite figures), lie where its key says and not repeat a run of its
-    lease; one source's runs of one key come from one host. A bad record in a `lenient` source (a reference folder) is
-    skipped and listed (the report shows it); in the study's own records it stops the stage unless skip_bad."""
+    """(source, path, record) for every listed record, and the skipped ones. A record is data from outside, read
+    through gpuscale.contract.recordset (it must read, lie where its key says and not repeat a run of its lease; one
+    source's runs of one key come from one host). A bad record in a `lenient` source (a reference folder) is skipped
+    and listed (the report shows it); in the study's own records it stops the stage unless skip_bad."""
     loaded, skipped = [], []
-    seen: dict[tuple, Path] = {}
-    hosts: dict[tuple, tuple[str, Path]] = {}
+    reader = recordset.RecordSet()
     for source, paths in sources.items():
         for path in paths:
             try:
-                rec = record.load(path)
-                _check_identity(source, path, rec, seen, hosts)
-            except (record.RecordError, AggregateError) as err:
+                rec = reader.read(source, path)
+            except recordset.BAD_RECORD as err:
                 if not (skip_bad or source in lenient):
                     raise AggregateError(f"{err} (fix or remove it, or set report.skip_bad_records: true)") from None
                 log.warning("skipped a bad record of %s: %s", source, err)
@@ -87,26 +85,6 @@ def load_all(
                 continue
             loaded.append((source, path, rec))
     return loaded, skipped
-
-
-def _check_identity(source: str, path: Path, rec: dict, seen: dict, hosts: dict) -> None:
-    """Raise (one line naming the file) when the record lies elsewhere than its key says, repeats a run already
-    read (one run per key and lease: the same run taken again in another lease is a repeat and kept), or was
-    measured on another host than the same key's other records of this source."""
-    wrong_place = record.misplaced(path, rec)
-    if wrong_place:
-        raise AggregateError(wrong_place)
-    key = (source, rec["conditions"]["lease"], *record.key(rec))
-    if key in seen:
-        raise AggregateError(f"two records for {'/'.join(map(str, key))}: {seen[key]} and {path}; remove one")
-    fingerprint = rec["environment"].get("host_fingerprint")
-    first = hosts.setdefault((source, *record.key(rec)), (fingerprint, path))
-    if fingerprint != first[0]:
-        raise AggregateError(
-            f"{path}: measured on another host than {first[1]} (fingerprints {str(fingerprint)[:12]} and "
-            f"{str(first[0])[:12]}); one source is one host: put one of them in its own reference folder"
-        )
-    seen[key] = path
 
 
 def overlaps(runs: pl.DataFrame) -> list[dict]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.contract import fsutil, recordcheck
+from gpuscale.contract import fsutil, recordcheck, recordset
 from gpuscale.contract import record as record_mod
 from gpuscale.predict import checks, transfer
 from gpuscale.predict import costmodel as cm
@@ -77,16 +77,18 @@ def source_of(folder: Path | str) -> str:
     return f"reference: {Path(folder).name}"
 
 
+def _read_reference(folder: Path | str, skipped: list[dict], source: str) -> list[tuple[Path, dict]]:
+    """(path, record) of a reference or validation folder's run records, read as the aggregate stage reads them
+    (gpuscale.contract.recordset): the folder is data from outside that the user did not make, so a bad record is
+    skipped and listed in `skipped`, not a stop, and both stages skip the same files."""
+    return recordset.read_lenient(
+        source, record_mod.files(Path(folder)), lambda path, why: _skip(skipped, source, path, why)
+    )
+
+
 def reference_records(folder: Path | str, skipped: list[dict], source: str | None = None) -> list[dict]:
-    """The run records under a reference or validation folder. The folder is data from outside that the user did
-    not make: a bad record is skipped and listed in `skipped` (as the aggregate stage does), not a stop."""
-    out = []
-    for path in record_mod.files(Path(folder)):
-        try:
-            out.append(record_mod.load(path))
-        except record_mod.RecordError as err:
-            _skip(skipped, source or source_of(folder), path, str(err))
-    return out
+    """The good run records under a reference or validation folder (bad ones skipped and listed)."""
+    return [rec for _, rec in _read_reference(folder, skipped, source or source_of(folder))]
 
 
 def reference_probes(paths: list[Path], skipped: list[dict], source: str) -> dict[str, dict]:
@@ -101,13 +103,16 @@ def reference_probes(paths: list[Path], skipped: list[dict], source: str) -> dic
 
 
 def reference_leases(folder: Path | str, skipped: list[dict]) -> list[transfer.Lease]:
-    """The leases of a reference folder (gpuscale.predict.transfer.leases_of), its bad records skipped and listed."""
+    """The leases of a reference folder (gpuscale.predict.transfer.leases_of), its bad records skipped and listed.
+    The folder is read once as a whole, so a record is checked against all of its folder's, not its lease's only."""
     source = source_of(folder)
-    return transfer.leases_of(
-        folder,
-        lambda unit: reference_records(unit, skipped, source),
-        lambda paths: reference_probes(paths, skipped, source),
-    )
+    read = _read_reference(folder, skipped, source)
+
+    def records_of(unit: Path) -> list[dict]:
+        unit = Path(unit).resolve()
+        return [rec for path, rec in read if unit in path.resolve().parents]
+
+    return transfer.leases_of(folder, records_of, lambda paths: reference_probes(paths, skipped, source))
 
 
 def _facts(records: list[dict], facts: dict[str, cm.ModelFacts]) -> dict[str, cm.ModelFacts]:
