@@ -213,6 +213,29 @@ def test_headline_flags_sampled_runs_and_keeps_their_accuracy_out(tmp_path):
     assert "GPU accuracy 81.2%" in cell["lines"]
 
 
+def test_a_variant_run_on_few_models_is_a_note_on_their_rows_not_a_column_of_not_run(tmp_path):
+    models = list(records.SPEEDUPS)  # three models, one of them run `tuned` too
+    paths = records.study(tmp_path / "r", dict.fromkeys(models, 5.0), dict.fromkeys(models, 20.0))
+    for device, seconds in (("cpu", 30.0), ("cuda", 3.0)):
+        paths.append(
+            records.write(tmp_path / "r", records.make("resnet18", device, [seconds, seconds], variant="tuned"))
+        )
+    speedup = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)["speedup"]
+    head = headline(speedup, 0.02)
+    assert not any("tuned" in h for h in head["header"])
+    assert all(len(r["cells"]) == len(head["header"]) for r in head["rows"])
+    notes = {r["model"]: r["notes"] for r in head["rows"]}
+    assert any(", tuned: 10.0×" in n for n in notes["resnet18"]), notes["resnet18"]
+    assert not any("tuned" in n for m, ns in notes.items() if m != "resnet18" for n in ns)
+    # run on every model, the variant is a column again
+    for model in models:
+        if model != "resnet18":
+            for device, seconds in (("cpu", 30.0), ("cuda", 3.0)):
+                paths.append(records.write(tmp_path / "r", records.make(model, device, [seconds] * 2, variant="tuned")))
+    speedup = aggregate.run(paths, [], tmp_path / "t", tmp_path / "m.json", 0.02)["speedup"]
+    assert any("tuned" in h for h in headline(speedup, 0.02)["header"])
+
+
 def test_runs_link_to_their_records_relative_to_the_page(built):
     html = (built / "index.html").read_text()
     assert 'href="runs/resnet18/cuda/paper-seed0.json"' in html

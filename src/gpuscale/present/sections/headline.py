@@ -44,7 +44,7 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
     """One row per model, ordered by training FLOPs per image; the paper and every measured source/variant side by
     side; the paper's gaps 'not reported'; an accuracy that differs from the paper's beyond tolerance flagged with
     the reason the data give."""
-    groups = [(s, v) for s in _measured_sources(speedup) for v in _variants(speedup.filter(pl.col("source") == s))]
+    groups, sparse = _columns(speedup)
     by_key = {(r["source"], r["variant"], r["model"]): r for r in speedup.to_dicts()}
     papers = {p["model"]: p for p in paper.ROWS}
     rows = []
@@ -59,6 +59,13 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
                 continue
             cells.append(_headline_cell(r, _several_leases(speedup, s)))
             notes += _headline_notes(speedup, s, v, r, p, tolerance)
+        for s, v in sparse:  # a variant run on a few models only: its figure as a note, not a column of "not run"
+            r = by_key.get((s, v, name))
+            if r is not None:
+                cell = _headline_cell(r, _several_leases(speedup, s))
+                detail = [line for line in cell["lines"] if "accuracy" not in line]
+                notes.append(f"{words.source_short(s)}, {v}: {cell['value']}{cell['mark']} ({'; '.join(detail)})")
+                notes += _headline_notes(speedup, s, v, r, p, tolerance)
         rows.append(
             {
                 "model": name,
@@ -73,6 +80,21 @@ def headline(speedup: pl.DataFrame, tolerance: float) -> dict:
     ]
     marks = words.pairing_keys(speedup.filter(pl.col("speedup").is_not_null())["pairing"].drop_nulls().to_list())
     return {"header": header, "rows": rows, "csv": _headline_csv(speedup), "marks": marks}
+
+
+def _columns(speedup: pl.DataFrame) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(source, variant) groups shown as columns, and those shown as notes on their models' rows: a source's first
+    variant is always a column; another one is a note where it covers fewer than 3 models and under half of the
+    source's."""
+    columns, sparse = [], []
+    for s in _measured_sources(speedup):
+        mine = speedup.filter(pl.col("source") == s)
+        models = mine["model"].n_unique()
+        for i, v in enumerate(_variants(mine)):
+            count = mine.filter(pl.col("variant") == v)["model"].n_unique()
+            few = i > 0 and count < 3 and 2 * count < models
+            (sparse if few else columns).append((s, v))
+    return columns, sparse
 
 
 def _epochs_words(speedup: pl.DataFrame, source: str, variant: str) -> str:

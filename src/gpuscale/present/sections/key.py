@@ -29,8 +29,8 @@ TEMPLATE = """\
 <section id="key" class="key" aria-labelledby="key-title">
 <h2 id="key-title">Key results: how much faster the GPU trains</h2>
 {% for s in key.sources %}<div class="source">
-  <div><strong>{{ s.name }}</strong>{% if s.host %} · host {{ s.host }}{% endif %}{% if s.conditions %} · {{ s.conditions }}
-  (<a href="#conditions">machine state</a>){% endif %}</div>
+  <div><strong>{{ s.name }}</strong>{% if s.host %} · host {{ s.host }}{% endif %}{% if s.conditions %} ·
+  <a href="#conditions" title="Measurement conditions">{{ s.conditions }}</a>{% endif %}</div>
   {% for v in s.variants %}<div class="variant"><span class="name">{{ v.name }} variant</span>
     {% for c in v.chips %}<span class="chip">{{ c.model }} <b>{{ c.value }}{% if c.mark %}<sup>{{ c.mark }}</sup>{% endif %}</b>{% if c.detail %} <small>{{ c.detail }}</small>{% endif %}</span>
     {% endfor %}</div>
