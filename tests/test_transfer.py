@@ -126,7 +126,8 @@ def test_a_cpu_probe_s_ratios_transfer_only_between_layer_tables_of_one_harness(
 def test_the_predict_stage_and_leave_one_lease_out_never_calibrate_a_table_by_the_other_harness():
     def lease(name, harness):
         probe = with_table(lease_probe("cpu", 1e11, lease=name), harness)
-        return transfer.Lease(name, {"cpu": probe}, [observation("small", "cpu", 1.3 * base(probe, "small"), name)])
+        obs = [observation(m, "cpu", 1.3 * base(probe, m), name) for m in FACTS]  # enough models for a shape
+        return transfer.Lease(name, {"cpu": probe}, obs)
 
     leases = [lease("L0", 2), lease("L1", None), lease("L2", None)]
     rows = transfer.leave_one_lease_out(leases, FACTS)
@@ -136,6 +137,31 @@ def test_the_predict_stage_and_leave_one_lease_out_never_calibrate_a_table_by_th
     assert predict.host_shapes({"cpu": with_table(new, None)}, FACTS, leases)["cpu"].leases == ("L1", "L2")
     unmatched = with_table(lease_probe("cpu", 1e12, lease="this"), 3)  # a harness no lease has: the probe alone
     assert predict.host_shapes({"cpu": unmatched}, FACTS, leases) == {}
+
+
+def test_calibration_leases_with_too_few_models_give_no_shape_and_the_probe_alone_predicts():
+    """A device's centre from one or two models is their quirk: below transfer.MIN_CALIBRATION_MODELS measured
+    models, leave-one-lease-out and the predict stage both predict from the probe alone, with its nominal band."""
+    assert transfer.MIN_CALIBRATION_MODELS == 3
+
+    def lease(name, models, ratio=2.0):
+        probe = lease_probe("cpu", 1e11, lease=name)
+        return transfer.Lease(
+            name, {"cpu": probe}, [observation(m, "cpu", ratio * base(probe, m), name) for m in models]
+        )
+
+    few = [lease("T", list(FACTS)), lease("C", ["small", "large"])]  # T's only peer measured two models
+    rows = {(r["lease"], r["model"]): r for r in transfer.leave_one_lease_out(few, FACTS)}
+    t = rows[("T", "other")]
+    assert t["shape"] == "probe" and t["calibration"] == ""
+    target = few[0].probes["cpu"]
+    assert t["predicted"] == pytest.approx(base(target, "other"))  # the probe's own figure, no ratio applied
+    assert t["high"] / t["predicted"] == pytest.approx(math.exp(cm.NOMINAL_LOG_ERROR))
+    # C's peer T measured three: C is predicted by transfer (T's ratio of 2 for each model)
+    assert rows[("C", "small")]["shape"] == "model" and rows[("C", "small")]["error_percent"] == pytest.approx(0.0)
+    new = lease_probe("cpu", 1e12, lease="new")
+    assert predict.host_shapes({"cpu": new}, FACTS, few[1:]) == {}
+    assert predict.host_shapes({"cpu": new}, FACTS, few)["cpu"].leases == ("T", "C")
 
 
 def three_leases(tmp_path, monkeypatch, paces=(1.0, 2.0, 4.0)):

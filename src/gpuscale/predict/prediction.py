@@ -152,8 +152,8 @@ def host_predictions(
 def host_shapes(
     probes: dict[str, dict], facts: dict[str, cm.ModelFacts], leases: list[transfer.Lease]
 ) -> dict[str, transfer.Shape]:
-    """Per probed device: the shape of the leases of the same host whose probe was made the same way (none: the
-    probe alone)."""
+    """Per probed device: the shape of the leases of the same host whose probe was made the same way, where they
+    measured enough models (transfer.enough; else none: the probe alone)."""
     shapes = {}
     for device, probe in probes.items():
         if probe.get("status") != "measured":
@@ -168,7 +168,7 @@ def host_shapes(
             and (lease in (None, "unknown") or (x.probes[device].get("conditions") or {}).get("lease") != lease)
         ]
         calibration = transfer.compatible(probe, same_host, device)
-        if calibration:
+        if calibration and transfer.enough(calibration, device):
             shapes[device] = transfer.shape(calibration, facts, device)
     return shapes
 

@@ -23,7 +23,9 @@ where none is); pace_sd, how far the host's input pipeline moves within one leas
 within-lease sd of the calibration leases' sentinel pipeline rates, taken before and after every job, and half the
 log of the spread of this probe's loader passes): within one lease the host's pipeline moves from minute to minute,
 the GPU does not; share, the chance that the pipeline is the slower stage under that movement (pipeline_share).
-A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal.
+A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal. Where the leases whose
+probes were made the same way measured fewer than MIN_CALIBRATION_MODELS models on the device, there is no shape:
+the probe alone predicts, with its nominal band (probe_alone), in the predict stage and leave-one-lease-out alike.
 
 Torch-free (numpy through costmodel).
 """
@@ -43,6 +45,10 @@ log = logging.getLogger("gpuscale.predict")
 
 Z = 1.645
 MIN_SHAPE_SD = 0.05  # a band never narrower than ±8%: two leases agreeing closely is not proof of more
+# A device's shape needs the calibration leases to have measured this many models on it: with fewer, the device's
+# centre is one or two models' quirks (lease H's one model set every CPU ratio of lease G, 2026-12-06), and the
+# probe alone does better.
+MIN_CALIBRATION_MODELS = 3
 
 
 @dataclass
@@ -251,10 +257,30 @@ def compatible(target: Lease | dict, others: list[Lease], device: str) -> list[L
     return [lease for lease in others if device in lease.probes and lease.probe_kind(device) == kind]
 
 
+def enough(calibration: list[Lease], device: str) -> bool:
+    """Whether the calibration leases measured enough models on `device` (MIN_CALIBRATION_MODELS) to give a shape."""
+    models = {o.model for lease in calibration for o in lease.observations if o.device == device}
+    return len(models) >= MIN_CALIBRATION_MODELS
+
+
+def probe_alone(probe: dict, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
+    """One model's epoch from the probe alone (no lease gives a shape), with the probe's nominal band
+    exp(±costmodel.NOMINAL_LOG_ERROR): what the predict stage gives where no lease qualifies."""
+    cal = cm.from_probe(probe)
+    p = cm.predict_epoch(cal, facts, images, batch_size)
+    e = cal.log_error
+    p.update(low=p["epoch_seconds"] * math.exp(-e), high=p["epoch_seconds"] * math.exp(e), log_error=e)
+    p["shape"] = "probe"
+    return p
+
+
 def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) -> list[dict]:
     """Each lease's measured `paper` epochs and speedups predicted from its own probes and the other leases'
-    records only. Rows: lease, model, device (cpu, cuda, speedup), predicted, low, high, measured,
-    error_percent, inside (the measured value within the band), shape (model|device), calibration leases."""
+    records only, as the predict stage would predict that lease: by transfer where the other leases' probes of the
+    device were made the same way (compatible) and measured enough models (enough), else from its probe alone. A
+    lease whose probe no other lease's matches is left out (no lease of that kind to check against). Rows: lease,
+    model, device (cpu, cuda, speedup), predicted, low, high, measured, error_percent, inside (the measured value
+    within the band), shape (model|device|probe), calibration leases."""
     rows = []
     for target in leases:
         others = [lease for lease in leases if lease.name != target.name]
@@ -265,13 +291,14 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
             calibration = compatible(target, others, o.device)
             if not calibration:
                 continue
-            got = predict(
-                target.probes[o.device],
-                shape(calibration, facts, o.device),
-                facts[o.model],
-                o.images,
-                math.ceil(o.images / o.steps),
-            )
+            batch = math.ceil(o.images / o.steps)
+            if enough(calibration, o.device):
+                got = predict(
+                    target.probes[o.device], shape(calibration, facts, o.device), facts[o.model], o.images, batch
+                )
+            else:
+                got = probe_alone(target.probes[o.device], facts[o.model], o.images, batch)
+                calibration = []
             got["measured"] = o.epoch_seconds
             per_model.setdefault(o.model, {})[o.device] = got
             rows.append(
@@ -293,19 +320,8 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
                 s = speedup(devices["cpu"], devices[gpu])
                 measured = devices["cpu"]["measured"] / devices[gpu]["measured"]
                 shapes = {devices["cpu"]["shape"], devices[gpu]["shape"]}
-                rows.append(
-                    _row(
-                        target,
-                        model,
-                        "speedup",
-                        s["speedup"],
-                        s["low"],
-                        s["high"],
-                        measured,
-                        "model" if shapes == {"model"} else "device",
-                        others,
-                    )
-                )
+                basis = "model" if shapes == {"model"} else "probe" if "probe" in shapes else "device"
+                rows.append(_row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured, basis, others))
     return rows
 
 
