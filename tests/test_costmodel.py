@@ -547,3 +547,33 @@ def test_a_thread_sweep_job_is_slower_than_the_probe_by_amdahls_law():
 
     assert estimate.thread_factor(1, 16) == pytest.approx(1 / (0.1 + 0.9 / 16), rel=1e-12)  # 6.4x
     assert estimate.thread_factor(16, 16) == estimate.thread_factor(None, 16) == 1.0
+
+
+def test_a_gpu_probe_prices_each_kind_s_flops_at_their_marginal_cost_beyond_the_per_op_charge():
+    """On a GPU the per-op cost already charges each layer call's fixed part, so a kind's FLOPs are priced at the
+    slope of its cases' seconds against their FLOPs, not at their average rate (which counts the fixed part twice)."""
+
+    def cases(fixed, per_flop, flops):
+        return [
+            {"train_flops": f, "seconds_per_step": fixed + f * per_flop, "flops_per_second": f / (fixed + f * per_flop)}
+            for f in flops
+        ]
+
+    def probe(device, op_seconds):
+        doc = probe_record(device, rates={"conv": 1.0, "depthwise_conv": 1.0, "linear": 1.0, "other": 1.0})
+        doc["op_seconds"] = op_seconds
+        doc["kinds"]["conv"]["measurements"] = cases(3e-4, 1e-14, [7e9, 7e9, 2.9e10])  # 100 TFLOP/s beyond 300 us
+        doc["kinds"]["depthwise_conv"]["measurements"] = cases(2.3e-4, 0.0, [2e7, 6e7, 1.7e8])  # launches only
+        doc["kinds"]["linear"]["measurements"] = cases(1e-4, 1e-13, [7e9])  # one case: its average rate stands
+        doc["kinds"]["other"]["measurements"] = cases(3e-4, 0.0, [1e6, 8e6])  # elementwise: priced per op instead
+        return doc
+
+    gpu = cm.from_probe(probe("cuda", 4.5e-5))
+    assert gpu.seconds_per_flop["conv"] == pytest.approx(1e-14, rel=1e-9)
+    assert gpu.seconds_per_flop["depthwise_conv"] == pytest.approx(0.0, abs=1e-24)
+    assert gpu.seconds_per_flop["linear"] == pytest.approx(1.0) and gpu.seconds_per_flop["other"] == pytest.approx(1.0)
+    # a CPU (no per-op charge) and a GPU probe without op_seconds keep the average rates
+    for doc in (probe("cpu", 4.5e-5), {**probe("cuda", None), "schema_version": 2}):
+        assert cm.from_probe(doc).seconds_per_flop["depthwise_conv"] == pytest.approx(1.0)
+    # a fit with a negative fixed share says nothing of a fixed part: the average rate stands
+    assert cm.marginal_seconds_per_flop({"measurements": cases(-1e-4, 1e-13, [7e9, 2.9e10])}) is None

@@ -16,7 +16,9 @@ The constants come from a probe record of the device (calibrated from the probe 
 non-negative least squares to measured records of the same host (refined); every constant is reported.
 
 A GPU calibrated from its probe alone prices a step per dispatched op instead (fixed + ops_per_step x op_seconds,
-elementwise work included: on a GPU those ops cost their launches) plus the FLOPs of the other kinds.
+elementwise work included: on a GPU those ops cost their launches) plus the FLOPs of the other kinds, each at its
+marginal price (marginal_seconds_per_flop: the slope of the probe's cases' seconds against their FLOPs), since the
+per-op cost already charges each layer call's fixed part.
 
 A schema-3 probe also times every distinct layer call of the registry's models as the network makes it (shape,
 memory format, input gradient: the kernel path a CPU picks), so for those models the compute side is
@@ -302,18 +304,39 @@ def from_probe(probe: dict, variant: str = "paper") -> Calibration:
     # (sum, backward call) included, and cost 2-4x what the same layers cost inside an asynchronous step
     # (H200, 2026-12-03); GPU probes no longer time it
     table = ((probe.get("layer_table") or {}).get("models") or {}) if probe["device"].startswith("cpu") else {}
+    op_seconds = 0.0 if probe["device"].startswith("cpu") else _op_seconds(probe)
+    seconds_per_flop = {k: 1.0 / r for k, r in rates.items()}
+    if op_seconds > 0:  # each layer call's fixed cost is charged per op: its FLOPs at their marginal price only
+        for kind in set(seconds_per_flop) - {"other"}:  # elementwise work: priced per op on a GPU
+            marginal = marginal_seconds_per_flop(probe["kinds"][kind])
+            seconds_per_flop[kind] = seconds_per_flop[kind] if marginal is None else marginal
     return Calibration(
-        op_seconds=0.0 if probe["device"].startswith("cpu") else _op_seconds(probe),
+        op_seconds=op_seconds,
         device=probe["device"],
         variant=variant,
         source="probe",
         fixed_step_seconds=float(probe["fixed_step_seconds"]),
         layer_seconds=float(probe.get("layer_seconds") or 0.0),
-        seconds_per_flop={k: 1.0 / r for k, r in rates.items()},
+        seconds_per_flop=seconds_per_flop,
         loader_seconds_per_image=(1.0 / pipeline) if pipeline and variant == "paper" else None,
         table_seconds_per_image={name: float(m["seconds_per_image"]) for name, m in table.items()},
         optimizer_seconds_per_parameter=float(probe.get("optimizer_seconds_per_parameter") or 0.0),
     )
+
+
+def marginal_seconds_per_flop(kind: dict) -> float | None:
+    """A GPU kind's price per FLOP beyond each call's fixed cost (which the per-op cost already charges): the slope
+    of its cases' seconds per step against their FLOPs (least squares), where two or more cases of different FLOPs
+    fix it and the fit leaves a non-negative fixed share; 0 where the seconds do not grow with the FLOPs (the H200's
+    depthwise cases took 220-250 us a step for 21-170 MFLOPs: launches, not arithmetic). None: the average rate
+    stands (one case, or a fit with a negative fixed share)."""
+    cases = [(float(m["train_flops"]), float(m["seconds_per_step"])) for m in kind.get("measurements") or []]
+    if len({f for f, _ in cases}) < 2:
+        return None
+    slope, fixed = np.polyfit([f for f, _ in cases], [t for _, t in cases], 1)
+    if fixed < 0:
+        return None
+    return max(float(slope), 0.0)
 
 
 # The schema-3 probe's per-layer measurement before it recorded op_seconds: 16 conv + batch-norm + ReLU blocks
