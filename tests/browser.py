@@ -79,10 +79,10 @@ PAGE_FACTS = r"""() => {
 }"""
 
 
-DOWNLOADS = r"""() => [...document.querySelectorAll('button.csv')].map(b => {
+DOWNLOADS = r"""async () => Promise.all([...document.querySelectorAll('button.csv')].map(async b => {
   const blob = document.getElementById(b.dataset.csv);
-  return [b.dataset.file, blob ? JSON.parse(blob.textContent) : null];
-})"""
+  return [b.dataset.file, blob ? await window.gpuscaleCsv(b.dataset.csv) : null];
+}))"""
 LABELLED_CHARTS = ("speedup_vs_flops", "speedup_vs_parameters", "amdahl", "accuracy", "threads", "batch", "scaling")
 LABEL_BOXES = r"""names => Object.fromEntries(names.map(name => {
   const chart = document.getElementById('chart-' + name);

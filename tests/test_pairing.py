@@ -334,7 +334,8 @@ def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     html = out.read_text()
     assert '<section id="conditions">' in html and "Measurement conditions" in html
     assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
-    assert "2,200 images/s" in html and 'title="Measurement conditions">2 machine leases, 2 record(s) without one;' in html
+    assert "2,200 images/s" in html
+    assert 'title="Measurement conditions">2 machine leases, 2 record(s) without one;' in html
 
 
 def test_a_one_lease_figure_is_marked_beside_figures_of_several_and_the_cells_give_seconds_per_epoch(tmp_path):

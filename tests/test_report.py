@@ -375,6 +375,31 @@ def test_the_reference_report_embeds_nothing_twice_and_stays_under_2_mib(study):
         seen[text] = block_id
 
 
+def test_a_csv_is_embedded_gzipped_the_same_bytes_every_time_and_unpacks_to_itself(built):
+    import base64
+    import gzip
+
+    from gpuscale.present.report import CsvBlobs
+
+    text = "source,model\nlocal,resnet18 ✓\n" * 50
+    packed = CsvBlobs.packed(text)
+    assert packed == CsvBlobs.packed(text) and len(packed) < len(text) / 3
+    assert gzip.decompress(base64.b64decode(packed)).decode() == text
+    html = (built / "index.html").read_text()
+    blobs = re.findall(
+        r'<script type="application/json" id="csv-\d+" data-encoding="gzip\+base64">"(.*?)"</script>', html
+    )
+    tables = aggregate.read_tables(built / "tables")
+    unpacked = {gzip.decompress(base64.b64decode(b)).decode() for b in blobs}
+    assert tables["runs"].write_csv() in unpacked and len(unpacked) == len(blobs)
+
+
+def test_every_shipped_reference_report_stays_under_2_mib():
+    reports = sorted((REPO / "reference").glob("*/report.html"))
+    assert reports
+    assert all(p.stat().st_size < 2 * 1024**2 for p in reports), [(p, p.stat().st_size) for p in reports]
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (make test installs it with apt)")
 def test_report_with_markup_renders_offline_without_errors_or_injection(built):

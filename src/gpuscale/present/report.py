@@ -10,7 +10,9 @@ params, records or file names cannot inject markup.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import gzip
 import json
 import logging
 from pathlib import Path
@@ -59,7 +61,10 @@ def _figures(specs: dict[str, dict]) -> dict[str, list[dict]]:
 
 class CsvBlobs:
     """Each distinct CSV the page offers, embedded once, under an id its download buttons name: a table shown in a
-    section and the same table among 'All tables as CSV' share one copy."""
+    section and the same table among 'All tables as CSV' share one copy. Embedded gzipped and base64-encoded
+    (`packed`): the page's script unpacks one when its button is pressed (DecompressionStream, in every current
+    browser, offline). A study's long tables (runs, epochs, phases, the sentinels) are most of a page's bytes
+    otherwise: the 8-lease reference's CSVs took 696 KB of its 2.18 MB."""
 
     def __init__(self) -> None:
         self.ids: dict[str, str] = {}
@@ -69,6 +74,11 @@ class CsvBlobs:
 
     def items(self) -> list[tuple[str, str]]:
         return [(blob_id, text) for text, blob_id in self.ids.items()]
+
+    @staticmethod
+    def packed(text: str) -> str:
+        """The CSV gzipped (no time stamp: the same tables give the same bytes) and base64-encoded."""
+        return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
 
 
 def _section_template(name: str) -> str | None:
