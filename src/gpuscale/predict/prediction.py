@@ -192,13 +192,7 @@ def _device_prediction(f, cal, shape, probe, images: int, batch_size: int) -> tu
     if shape is not None:
         p = transfer.predict(probe, shape, f, images, batch_size)
         return p, f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']})"
-    p = cm.predict_epoch(cal, f, images, batch_size)
-    p.update(
-        low=p["epoch_seconds"] * math.exp(-cal.log_error),
-        high=p["epoch_seconds"] * math.exp(cal.log_error),
-        log_error=cal.log_error,
-    )
-    return p, cal.source
+    return transfer.probe_alone(probe, f, images, batch_size), cal.source  # as leave-one-lease-out prices it
 
 
 def _model_predictions(
@@ -207,14 +201,14 @@ def _model_predictions(
     calibrations: dict[str, cm.Calibration],
     images: int,
     batch_size: int,
-    probes: dict[str, dict] | None = None,
-    shapes: dict[str, transfer.Shape] | None = None,
+    probes: dict[str, dict],
+    shapes: dict[str, transfer.Shape],
 ) -> list[dict]:
     """One model's predicted epoch per calibrated device (by transfer where the device has a shape, else from the
     probe alone), and its speedup where a CPU and a GPU are calibrated."""
     rows, per_device = [], {}
     for device, cal in calibrations.items():
-        p, how = _device_prediction(f, cal, (shapes or {}).get(device), (probes or {}).get(device), images, batch_size)
+        p, how = _device_prediction(f, cal, shapes.get(device), probes[device], images, batch_size)
         per_device[device] = p
         rows.append(
             {
@@ -233,7 +227,7 @@ def _model_predictions(
     gpu = next((d for d in per_device if d.split("-")[0] in GPU_DEVICES), None)
     if "cpu" in per_device and gpu:
         cpu_row, gpu_row = rows[list(per_device).index("cpu")], rows[list(per_device).index(gpu)]
-        if (shapes or {}).get("cpu") or (shapes or {}).get(gpu):
+        if shapes.get("cpu") or shapes.get(gpu):
             s = transfer.speedup(per_device["cpu"], per_device[gpu])
             value, low, high = s["speedup"], s["low"], s["high"]
         else:
