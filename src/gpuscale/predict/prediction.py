@@ -106,11 +106,11 @@ def reference_leases(folder: Path | str, skipped: list[dict]) -> list[transfer.L
     """The leases of a reference folder (gpuscale.predict.transfer.leases_of), its bad records skipped and listed.
     The folder is read once as a whole, so a record is checked against all of its folder's, not its lease's only."""
     source = source_of(folder)
-    read = _read_reference(folder, skipped, source)
+    read = [(path.resolve(), rec) for path, rec in _read_reference(folder, skipped, source)]  # each path once
 
     def records_of(unit: Path) -> list[dict]:
         unit = Path(unit).resolve()
-        return [rec for path, rec in read if unit in path.resolve().parents]
+        return [rec for path, rec in read if unit in path.parents]
 
     return transfer.leases_of(folder, records_of, lambda paths: reference_probes(paths, skipped, source))
 
