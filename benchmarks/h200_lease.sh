@@ -28,6 +28,13 @@ probe() {  # probe DEVICE NAME
 }
 probe cpu cpu
 probe cuda cuda
+if [[ -n ${CHECK:-} ]]; then  # CHECK=1: each probe alone against this machine's compute per step, all models
+  timeout 150 python3 benchmarks/probe_check.py "$OUT/probe/cuda.json" --steps 5 --json "$OUT/check-cuda.json" \
+    > "$OUT/check-cuda.txt" 2>&1; tail -1 "$OUT/check-cuda.txt"
+  timeout 200 python3 benchmarks/probe_check.py "$OUT/probe/cpu.json" --threads "$(nproc)" --steps 2 \
+    --json "$OUT/check-cpu.json" > "$OUT/check-cpu.txt" 2>&1; tail -1 "$OUT/check-cpu.txt"
+  echo "[checks done at ${SECONDS}s]"
+fi
 mapfile -t specs < <(grep -v '^#' "$LIST")
 # the runs get what is left after the data and the probes, less the end probe's ~40 s (BUDGET - 22 from the call's
 # start ran a call past the device's 600 s on 2026-12-05: the probes had taken ~100 s of it)

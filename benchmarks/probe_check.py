@@ -2,6 +2,10 @@
 
     PYTHONPATH=src python benchmarks/probe_check.py PROBE.json [--threads N] [--models a,b,...] [--steps 3]
         [--json OUT.json]
+    PYTHONPATH=src python benchmarks/probe_check.py PROBE.json --rescore CHECK.json
+
+--rescore times nothing: it prices the step times a check once measured (its --json file, made with PROBE on that
+machine) with this code's cost model, beside what the check's own code priced them at.
 
 For each model: seconds per training step (forward, backward, Adam step; batch 128 of SYNTHETIC random 32x32
 images, no input pipeline: compute alone) timed here on the probe's device after one warm-up step, beside the
@@ -50,7 +54,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--models", default=",".join(models.MODEL_NAMES))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--rescore", default=None, help="a check's --json file: price its measured steps again")
     args = parser.parse_args(argv)
+    if args.rescore:
+        return rescore(args.probe, args.rescore)
     if args.threads:
         torch.set_num_threads(args.threads)
     doc = probe.load(args.probe)  # checked against its schema where jsonschema is installed (not on a bare GPU host)
@@ -71,6 +78,25 @@ def main(argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"probe": args.probe, "threads": torch.get_num_threads(), "rows": rows}, out, indent=1)
+    return 0
+
+
+def rescore(probe_path: str, check_path: str) -> int:
+    """The measured step times of an earlier check against this code's probe-alone compute per step."""
+    cal = cm.from_probe(probe.load(probe_path))
+    facts = cm.load_facts()
+    with open(check_path) as f:
+        rows = json.load(f)["rows"]
+    then, now = [], []
+    print(f"{'model':20s} {'measured s/step':>16s} {'then':>8s} {'now':>8s}   (error of the probe alone)")
+    for row in rows:
+        predicted = cm.compute_seconds(cal, facts[row["model"]], BATCH, 1)
+        then.append(checks.percent_error(row["predicted"], row["measured"]))
+        now.append(checks.percent_error(predicted, row["measured"]))
+        print(f"{row['model']:20s} {row['measured']:16.4f} {then[-1]:+7.1f}% {now[-1]:+7.1f}%")
+    for label, errors in (("then", then), ("now", now)):
+        errors = [abs(e) for e in errors]
+        print(f"{label}: median |error| {statistics.median(errors):.1f}%, worst {max(errors):.1f}% over {len(errors)}")
     return 0
 
 

@@ -225,9 +225,11 @@ def test_a_gpu_probe_prices_each_dispatched_op_and_no_elementwise_rate_and_a_cpu
     facts = cm.ModelFacts("v", 100, 2e9, {"conv": 2e9, "other": 5e6}, layers=20, ops_per_step=300)
     cal = cm.from_probe(gpu)
     assert cal.op_seconds == 2e-5
-    # 10 steps of (fixed + 300 ops) + 1000 images x 2e9 FLOPs at 1e12; the 5e6 elements per image cost nothing
-    expected = 10 * (0.01 + 300 * 2e-5) + 1000 * 2e9 / 1e12
-    assert cm.compute_seconds(cal, facts, 1000, 10) == pytest.approx(expected, rel=1e-12)
+    # the host dispatches 10 steps of (fixed + 300 ops) while the device computes 1000 images x 2e9 FLOPs at 1e12:
+    # the larger of the two, not their sum; the 5e6 elements per image cost nothing beyond their ops
+    assert cm.compute_seconds(cal, facts, 1000, 10) == pytest.approx(1000 * 2e9 / 1e12, rel=1e-12)
+    dispatch_bound = cm.ModelFacts("d", 100, 2e7, {"conv": 2e7, "other": 5e6}, layers=20, ops_per_step=300)
+    assert cm.compute_seconds(cal, dispatch_bound, 1000, 10) == pytest.approx(10 * (0.01 + 300 * 2e-5), rel=1e-12)
     # a schema-3 record made before op_seconds: its per-layer cost per op, the stack's elementwise work put back
     older = {**gpu, "schema_version": 3, "op_seconds": None, "batch_size": 128}
     per_op = (cm.STACK_LAYERS * 0.001 + cm.STACK_ELEMENTS_PER_IMAGE * 128 / 1e9) / cm.STACK_OPS

@@ -16,9 +16,12 @@ The constants come from a probe record of the device (calibrated from the probe 
 non-negative least squares to measured records of the same host (refined); every constant is reported.
 
 A GPU calibrated from its probe alone prices a step per dispatched op instead (fixed + ops_per_step x op_seconds,
-elementwise work included: on a GPU those ops cost their launches) plus the FLOPs of the other kinds, each at its
+elementwise work included: on a GPU those ops cost their launches) and the FLOPs of the other kinds each at its
 marginal price (marginal_seconds_per_flop: the slope of the probe's cases' seconds against their FLOPs), since the
-per-op cost already charges each layer call's fixed part.
+per-op cost already charges each layer call's fixed part. The two overlap (the host dispatches while the device
+computes what is queued), so the step takes the larger of them, not their sum:
+
+    compute = max(steps * (fixed_step_seconds + ops_per_step * op_seconds), images * sum_k flops_k * marginal_k)
 
 A schema-3 probe also times every distinct layer call of the registry's models as the network makes it (shape,
 memory format, input gradient: the kernel path a CPU picks), so for those models the compute side is
@@ -254,6 +257,10 @@ def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int
         per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
     dense = cal.seconds_per_flop.get("conv", 0.0)
     per_image = sum(flops * cal.seconds_per_flop.get(kind, dense) for kind, flops in kinds.items())
+    if cal.op_seconds and facts.ops_per_step:
+        # a GPU runs asynchronously: the host dispatches ops while the device works through those already queued,
+        # so a step takes the longer of the two, not their sum
+        return cal.scale * max(steps * per_step, images * per_image)
     return cal.scale * (steps * per_step + images * per_image)
 
 
