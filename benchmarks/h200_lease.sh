@@ -40,5 +40,5 @@ mapfile -t specs < <(grep -v '^#' "$LIST")
 # start ran a call past the device's 600 s on 2026-12-05: the probes had taken ~100 s of it)
 WORK=/tmp/lease bash benchmarks/h200_study.sh .carry/cifar-trim.zip "$OUT" $((BUDGET - SECONDS - 40)) \
   benchmarks/h200_pairs_gpu.yaml "${specs[@]}"
-probe cuda cuda-end
+[[ ${END_PROBE:-1} == 0 ]] || probe cuda cuda-end  # END_PROBE=0: none (a short call)
 echo "[call done at ${SECONDS}s]"
