@@ -4,10 +4,10 @@ from its own probes and the other leases' records only (gpuscale.predict.transfe
     python benchmarks/lease_transfer.py [--separately] [--rows] [FOLDER ...]
         (default: predict.validate_on and report.reference)
 
-Prints a markdown table per device (cpu, cuda, speedup) and lease, then the speedups of the leases probed as the
-tool probes today (both probes' input pipeline timed on the prepared data, the CPU's layer table by the current
-harness), then every row with --rows. --separately: each FOLDER's leases are held out against that folder's
-other leases only (one card per folder), the rows pooled.
+Prints a markdown table per device (cpu, cuda, speedup) and lease, with a row for the leases probed as the tool
+probes today (transfer.Lease.probed_as_today) where some were probed before a fix, then every row with --rows.
+--separately: each FOLDER's leases are held out against that folder's other leases only (one card per folder), the
+rows pooled.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from gpuscale.contract import params as params_mod
-from gpuscale.measure.layertable import HARNESS
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
@@ -45,15 +44,8 @@ def main(argv: list[str]) -> int:
             f"| {s['device']} | {Path(s['lease']).name} | {s['models']} | {s['median_abs_error_percent']:.1f}% / "
             f"{s['worst_abs_error_percent']:.1f}% ({s['worst_model']}) | {s['coverage_percent']:.0f}% | {alone_cell} |"
         )
-    today = [x.name for x in leases if _probed_as_today(x)]
-    current = [r for r in rows if r["lease"] in today and r["device"] == "speedup"]
-    if current:
-        s = transfer.summarize(current)[0]
-        print(
-            f"\nprobed as today ({', '.join(sorted(Path(n).name for n in today))}): {s['models']} speedups, median "
-            f"{s['median_abs_error_percent']:.1f}%, worst {s['worst_abs_error_percent']:.1f}% ({s['worst_model']}), "
-            f"{s['coverage_percent']:.0f}% inside the band"
-        )
+    today = sorted(Path(x.name).name for x in leases if x.name in targets and x.probed_as_today())
+    print(f"\n{transfer.PROBED_AS_TODAY}: {', '.join(today) or 'none'}")
     if show_rows:
         for r in rows:
             print(
@@ -64,24 +56,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _probed_as_today(lease: transfer.Lease) -> bool:
-    """Both probes timed the input pipeline on the prepared data, and the CPU's layer table is the current harness's."""
-    kinds = {device: lease.probe_kind(device) for device in lease.probes}
-    return (
-        "cpu" in kinds
-        and len(kinds) >= 2
-        and all(kind[1] == "prepared data" for kind in kinds.values())
-        and kinds["cpu"][2] == HARNESS
-    )
-
-
 def _probe_alone(leases: list[transfer.Lease], facts: dict) -> dict[tuple, tuple[float, float]]:
     """(device, lease or 'all leases') -> median and worst |error| of the probe alone, over the same leases."""
     errors: dict[tuple, list[float]] = {}
     for lease in leases:
         rows = predict.probe_only(lease.observations, facts, lease.probes)
         for r in rows:
-            for key in ((r["device"], lease.name), (r["device"], "all leases")):
+            groups = [lease.name, transfer.ALL_LEASES] + ([transfer.PROBED_AS_TODAY] if lease.probed_as_today() else [])
+            for key in ((r["device"], g) for g in groups):
                 errors.setdefault(key, []).append(abs(r["error_percent"]))
     import statistics
 

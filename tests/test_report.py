@@ -572,3 +572,27 @@ def test_misses_are_listed_per_check_each_named_once():
         "b, held out: beyond 35% on the CPU epoch (paper variant): m1 −40%.",
         "b, probes alone: beyond 35% on the speedup (paper variant): m2 +90%.",
     ]
+
+
+def test_the_lease_check_says_what_probed_as_today_means_only_where_it_has_such_rows(tmp_path):
+    folder = _hand_made_predictions(tmp_path / "predict")
+
+    def summary(leases: list[str]) -> list[dict]:
+        return [
+            {
+                "device": "speedup",
+                "lease": lease,
+                "models": 1,
+                "median_abs_error_percent": 10.0,
+                "worst_abs_error_percent": 10.0,
+                "worst_model": "m (a)",
+                "coverage_percent": 100.0,
+            }
+            for lease in leases
+        ]
+
+    for leases, today in ((["all leases", "probed as today", "a"], True), (["all leases", "a"], False)):
+        fsutil.write_json(folder / "transfer_summary.json", summary(leases))
+        section = prediction_section(load_predictions(folder))
+        assert section["transfer_today"] is today
+        assert [row[1]["text"] for row in section["transfer"]["rows"]] == leases

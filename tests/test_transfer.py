@@ -347,3 +347,41 @@ def test_models_that_truly_differ_keep_their_own_ratio_and_one_lease_s_noise_is_
     w = shape.tau**2 / (shape.tau**2 + shape.sd**2 / 1)
     lone = transfer.Shape("cpu", ("0",), {"small": [0.5], "large": [2.0], "other": [1.0]}, shape.sd, shape.tau)
     assert lone.correction("small")[0] == pytest.approx(math.exp(w * math.log(0.5) + (1 - w) * 0.0))
+
+
+def test_the_leases_probed_as_the_tool_probes_today_are_told_apart_and_summarised_beside_all_leases():
+    def probes(harness: int | None = 2, source: str = "prepared data") -> dict:
+        cpu, gpu = lease_probe("cpu", 1e11), lease_probe("cuda", 1e12)
+        cpu["layer_table"] = {"models": {"small": {"seconds_per_image": 1e-3}}}
+        if harness is not None:
+            cpu["layer_table"]["harness"] = harness
+        for doc in (cpu, gpu):
+            doc["input_pipeline"]["source"] = source
+        return {"cpu": cpu, "cuda": gpu}
+
+    assert transfer.Lease("now", probes()).probed_as_today()
+    assert not transfer.Lease("harness 1", probes(harness=1)).probed_as_today()
+    assert not transfer.Lease("before harnesses were recorded", probes(harness=None)).probed_as_today()
+    assert not transfer.Lease("synthetic images", probes(source="synthetic")).probed_as_today()
+    assert not transfer.Lease("one device", {"cpu": probes()["cpu"]}).probed_as_today()
+
+    def row(lease, error, today):
+        return {
+            "device": "speedup",
+            "lease": lease,
+            "model": "small",
+            "error_percent": error,
+            "inside": error < 20,
+            "probed_as_today": today,
+        }
+
+    rows = [row("new", 10.0, True), row("new", -12.0, True), row("old", -50.0, False)]
+    summary = transfer.summarize(rows)
+    assert [s["lease"] for s in summary] == [transfer.ALL_LEASES, transfer.PROBED_AS_TODAY, "new", "old"]
+    today = summary[1]
+    assert today["models"] == 2 and today["median_abs_error_percent"] == pytest.approx(11.0)
+    assert today["worst_abs_error_percent"] == 12.0 and today["coverage_percent"] == 100.0
+    assert summary[0]["models"] == 3 and summary[0]["worst_abs_error_percent"] == 50.0
+    # where every lease (or none) is probed as today, the row would repeat another: none
+    for same in ([row("new", 10.0, True)], [row("old", 10.0, False)]):
+        assert transfer.PROBED_AS_TODAY not in {s["lease"] for s in transfer.summarize(same)}

@@ -24,11 +24,12 @@ import time
 import torch
 from torch.autograd.graph import get_gradient_edge
 
+from gpuscale.contract import probekind
 from gpuscale.models import nets
 from gpuscale.models import registry as models
 
 # What the table's timed step does (probe records: layer_table.harness; absent: 1, the summed-output harness).
-HARNESS = 2
+HARNESS = probekind.LAYER_TABLE_HARNESS
 # The layer table's batch (CPUs only, at most train.batch_size): per image, the dev box's 2 cores cost about the
 # same at 64 as at 128 (23 models), in half the probe's time; the H200 host's 16 threads cost more at 64.
 TABLE_BATCH_CPU = 64

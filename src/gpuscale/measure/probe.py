@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpuscale.contract import conditions, fsutil
+from gpuscale.contract import conditions, fsutil, probekind
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import envinfo, sentinel
 from gpuscale.measure.layertable import TABLE_BATCH_CPU, layer_table
@@ -271,10 +271,10 @@ def input_pipeline(
 
     if dataset is not None:
         loader, _ = loaders.host_loaders(dataset, train, device, seed=0)
-        source = "prepared data"
+        source = probekind.PREPARED_DATA
     else:
         loader = loaders.synthetic_host_loader(images, train, device, "probe synthetic")
-        source = "synthetic"
+        source = probekind.SYNTHETIC
     passes = [_pipeline_pass(loader, device, seconds / max(1, windows), step) for _ in range(max(1, windows))]
     rates = sorted(p["images_per_second"] for p in passes if p["images_per_second"])
     median = rates[len(rates) // 2] if rates else None

@@ -38,6 +38,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuscale.contract import probekind
 from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 
@@ -49,6 +50,9 @@ MIN_SHAPE_SD = 0.05  # a band never narrower than ±8%: two leases agreeing clos
 # centre is one or two models' quirks (lease H's one model set every CPU ratio of lease G, 2026-12-06), and the
 # probe alone does better.
 MIN_CALIBRATION_MODELS = 3
+# the summary's groups beside each lease: every lease, and the leases whose probes the tool would make the same way now
+ALL_LEASES = "all leases"
+PROBED_AS_TODAY = "probed as today"
 
 
 @dataclass
@@ -67,7 +71,18 @@ class Lease:
         the harness of the layer table that prices a CPU (costmodel.table_harness; None where none does)."""
         probe = self.probes.get(device) or {}
         pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
-        return probe.get("schema_version"), pipeline.get("source", "synthetic"), cm.table_harness(probe)
+        return probe.get("schema_version"), pipeline.get("source", probekind.SYNTHETIC), cm.table_harness(probe)
+
+    def probed_as_today(self) -> bool:
+        """Whether the lease's probes were made as the tool makes them now: a CPU and a GPU probe, each timing the
+        input pipeline on the prepared data, the CPU's layer table by the current harness (probekind)."""
+        kinds = {device: self.probe_kind(device) for device in self.probes}
+        return (
+            "cpu" in kinds
+            and len(kinds) >= 2
+            and all(kind[1] == probekind.PREPARED_DATA for kind in kinds.values())
+            and kinds["cpu"][2] == probekind.LAYER_TABLE_HARNESS
+        )
 
 
 def _measured(probe: dict | None) -> bool:
@@ -338,18 +353,25 @@ def _row(target: Lease, model, device, predicted, low, high, measured, basis, ca
         "inside": bool(low <= measured <= high),
         "shape": basis,
         "calibration": ",".join(Path(lease.name).name for lease in calibration),
+        "probed_as_today": target.probed_as_today(),
     }
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Per device (cpu, cuda, speedup) and per lease + all: models, median and worst absolute error, the worst
-    model, and how often the measured value fell inside the band."""
+    """Per device (cpu, cuda, speedup) and per lease, all leases and (where some leases' probes were made before a
+    fix and some not) the leases probed as today: models, median and worst absolute error, the worst model, and
+    how often the measured value fell inside the band."""
     out = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["device"], "all leases"), []).append(r)
+        groups.setdefault((r["device"], ALL_LEASES), []).append(r)
         groups.setdefault((r["device"], r["lease"]), []).append(r)
-    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all leases", kv[0][1])):
+    today = [r for r in rows if r.get("probed_as_today")]
+    if today and len(today) < len(rows):
+        for r in today:
+            groups.setdefault((r["device"], PROBED_AS_TODAY), []).append(r)
+    order = {ALL_LEASES: 0, PROBED_AS_TODAY: 1}
+    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 2), kv[0][1])):
         errors = [abs(r["error_percent"]) for r in rs]
         worst = max(rs, key=lambda r: abs(r["error_percent"]))
         out.append(

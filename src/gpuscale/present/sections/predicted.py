@@ -11,7 +11,7 @@ import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.predict import checks, costmodel
+from gpuscale.predict import checks, costmodel, transfer
 from gpuscale.predict import prediction as predict
 from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
 from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
@@ -33,7 +33,9 @@ config/predict.yaml</code>) predicts each model here in a few minutes. The check
 folders ship.</p>{% endif %}
 {% if prediction.transfer %}<h3>A lease never measured</h3>
 <p>A machine lease has its own pace, so each lease is predicted from its own probes, with the other leases' records
-setting only each model's shape (docs/prediction.md): the check a new user's machine faces.</p>
+setting only each model's shape (docs/prediction.md): the check a new user's machine faces.{% if
+prediction.transfer_today %} Rows "probed as today" pool the leases whose probes were made as the tool makes them
+now; the others' probes predate a fix.{% endif %}</p>
 {{ data_table(prediction.transfer, pin_first=True) }}{% endif %}
 {% if prediction.verdicts.targets %}<h3>How good are the predictions?</h3>
 {% for v in prediction.verdicts.targets %}<p>{{ v }}</p>{% endfor %}
@@ -377,6 +379,7 @@ def prediction_section(pred: dict | None, runs: pl.DataFrame | None = None) -> d
     return {
         "host": predicted_host_table(pred, runs),
         "transfer": transfer_table(pred),
+        "transfer_today": any(r["lease"] == transfer.PROBED_AS_TODAY for r in pred.get("transfer_summary") or []),
         "summary": validation_summary_table(pred),
         "speedup_checks": speedup_checks_table(pred),
         "verdicts": validation_verdicts(pred),
