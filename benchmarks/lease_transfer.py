@@ -61,8 +61,8 @@ def _probe_alone(leases: list[transfer.Lease], facts: dict) -> dict[tuple, tuple
     errors: dict[tuple, list[float]] = {}
     for lease in leases:
         rows = predict.probe_only(lease.observations, facts, lease.probes)
+        groups = [lease.name, transfer.ALL_LEASES] + ([transfer.PROBED_AS_TODAY] if lease.probed_as_today() else [])
         for r in rows:
-            groups = [lease.name, transfer.ALL_LEASES] + ([transfer.PROBED_AS_TODAY] if lease.probed_as_today() else [])
             for key in ((r["device"], g) for g in groups):
                 errors.setdefault(key, []).append(abs(r["error_percent"]))
     import statistics
