@@ -1,7 +1,9 @@
 """How far one lease's `paper` speedup moves between rounds of the same lease, and what that allows a prediction
 checked against single draws (issue 27's leave-one-lease-out targets: median 15%, worst 35%).
 
-    python benchmarks/round_noise.py [FOLDER ...]   (default: reference/h200-2026-12-04 reference/h100-2026-12-05)
+    python benchmarks/round_noise.py [--draws N] [FOLDER ...]
+        (default: reference/h200-2026-12-04 reference/h100-2026-12-05; N: the held-out speedups of
+        benchmarks/lease_transfer.py's default table, counted here)
 
 For each lease and model with two or more rounds on both devices: the steady-epoch speedup of each round. The log
 speedup's spread about its lease mean, pooled (one degree of freedom less per lease and model), is the sd of one
@@ -22,7 +24,21 @@ from pathlib import Path
 from gpuscale.contract import record
 
 DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
-DRAWS = 61  # the H200 leave-one-lease-out table's held-out speedups (docs/prediction.md)
+
+
+def default_draws() -> int:
+    """The held-out speedups of the default leave-one-lease-out table (benchmarks/lease_transfer.py without
+    arguments: the folders of predict.validate_on and report.reference)."""
+    from gpuscale.contract import params as params_mod
+    from gpuscale.predict import costmodel as cm
+    from gpuscale.predict import prediction as predict
+    from gpuscale.predict import transfer
+
+    doc = params_mod.load([Path("params.yaml")])
+    folders = list(dict.fromkeys([*doc["predict"].get("validate_on", []), *doc["report"]["reference"]]))
+    leases = [x for f in folders for x in transfer.leases_of(f, predict.load_records, predict.load_probes)]
+    rows = transfer.leave_one_lease_out(leases, cm.load_facts())
+    return sum(r["device"] == "speedup" for r in rows)
 
 
 def rounds(folder: Path) -> dict[tuple[str, str], dict[int, float]]:
@@ -43,6 +59,11 @@ def rounds(folder: Path) -> dict[tuple[str, str], dict[int, float]]:
 
 
 def main(argv: list[str]) -> int:
+    draws = None
+    if "--draws" in argv:
+        i = argv.index("--draws")
+        draws = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2 :]
     folders = [Path(a) for a in argv] or [Path(f) for f in DEFAULT]
     groups = {}
     for folder in folders:
@@ -61,16 +82,17 @@ def main(argv: list[str]) -> int:
         print("no model has two rounds in one lease")
         return 1
     sd = math.sqrt(squares / freedom)
+    draws = draws or default_draws()
     rng = random.Random(0)
     medians, worsts = [], []
     for _ in range(4000):
-        errors = [abs(math.exp(rng.gauss(0.0, sd)) - 1.0) for _ in range(DRAWS)]
+        errors = [abs(math.exp(rng.gauss(0.0, sd)) - 1.0) for _ in range(draws)]
         medians.append(statistics.median(errors))
         worsts.append(max(errors))
     within = sum(w <= 0.35 for w in worsts) / len(worsts)
     print(
         f"\nround-to-round sd of one draw's log speedup: {sd:.3f} ({freedom} degrees of freedom); a predictor exact "
-        f"for every lease's mean, scored against {DRAWS} single draws: median error "
+        f"for every lease's mean, scored against {draws} single draws: median error "
         f"{100 * statistics.median(medians):.1f}%, worst {100 * statistics.median(worsts):.1f}% (median of 4,000 "
         f"repeats); worst within 35% in {100 * within:.0f}% of repeats"
     )
