@@ -157,6 +157,41 @@ def test_a_layer_paused_in_two_of_its_three_passes_is_priced_from_its_unpaused_o
     assert statistics.median(got["pass_seconds"][:3]) > 0.04
 
 
+def test_a_call_still_paused_after_re_timing_is_counted_and_its_share_of_each_model_s_table_warned_of(
+    monkeypatch, caplog
+):
+    """Issue 27: the median of 7 passes keeps a pause that lands in 4 of them; the table says which share of each
+    model it holds (layertable.settled) and the probe warns where a model's share passes UNSETTLED_WARNING."""
+    import torch
+
+    from gpuscale.measure import layertable
+    from gpuscale.models import nets
+    from gpuscale.models import registry as models
+
+    calls, _ = nets.layer_calls(models.MODELS["simplecnn_half"].build(10))
+    first = sorted(calls)[0]
+    assert not layertable.settled({"seconds_per_call": 0.05, "pass_seconds": [0.001, 0.05, 0.05, 0.06, 0.001]})
+    assert layertable.settled({"seconds_per_call": 0.001, "pass_seconds": [0.001, 0.05, 0.05, 0.001, 0.001]})
+    assert layertable.settled({"seconds_per_call": 0.001})  # a row of before 2026-12-06: no passes kept
+
+    def fake_passes(steps, device, passes, seconds):  # every call 1 ms, the first one paused in 4 of 7 passes
+        row = {"seconds_per_call": 0.001, "spread": 1.0, "passes": 3, "pass_seconds": [0.001] * 3}
+        paused = {"seconds_per_call": 0.05, "spread": 50.0, "passes": 7, "pass_seconds": [0.001] * 3 + [0.05] * 4}
+        return {key: dict(paused if key == first else row) for key in steps}
+
+    monkeypatch.setattr(layertable, "timed_passes", fake_passes)
+    table = layertable.layer_table(torch.device("cpu"), 4, 30.0, names=["simplecnn_half"])
+    assert table["retimed_calls"] == 1 and table["unsettled_calls"] == 1
+    total = sum(n * (0.05 if key == first else 0.001) for key, n in calls.items())
+    share = table["models"]["simplecnn_half"]["unsettled_share"]
+    assert share == pytest.approx(calls[first] * 0.05 / total)
+    with caplog.at_level("WARNING", logger="gpuscale.probe"):
+        assert probe.warn_unsettled(table, "cpu")
+    assert "simplecnn_half" in caplog.text and "probe again" in caplog.text
+    table["models"]["simplecnn_half"]["unsettled_share"] = probe.UNSETTLED_WARNING / 2
+    assert not probe.warn_unsettled(table, "cpu")
+
+
 def test_probe_of_a_missing_device_records_why():
     import torch
 

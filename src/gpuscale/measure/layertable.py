@@ -43,6 +43,10 @@ TABLE_PASSES = 3
 # 0.1-1.0 s on a table of 15-30 s.
 RETIME_SPREAD = 1.5
 RETIME_PASSES = 4
+# A call whose median pass is over PAUSED_RATIO times its fastest after re-timing kept a pause (settled): the paused
+# stem ran 40-80x its unpaused time; in the four probes of H200 lease I (2026-12-06) no call's median passed 3x,
+# while 13-31 calls per probe passed 1.5x (bimodal timings, e.g. a 3x3 convolution at 21 and 33-35 ms a call).
+PAUSED_RATIO = 3.0
 
 
 def sync(device: torch.device) -> None:
@@ -188,10 +192,13 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
         for key, row in timed_passes(steps, device, TABLE_PASSES, TABLE_SECONDS_PER_LAYER).items():
             timed[key] = {"layer": key, **row}
         del steps
+        per_image = sum(n * timed[key]["seconds_per_call"] for key, n in calls.items()) / batch
+        paused = sum(n * timed[key]["seconds_per_call"] for key, n in calls.items() if not settled(timed[key]))
         per_model[name] = {
-            "seconds_per_image": sum(n * timed[key]["seconds_per_call"] for key, n in calls.items()) / batch,
+            "seconds_per_image": per_image,
             "layer_calls": sum(calls.values()),
             "distinct_layer_calls": len(calls),
+            "unsettled_share": paused / batch / per_image if per_image > 0 else 0.0,
         }
     return {
         "batch_size": batch,
@@ -200,5 +207,16 @@ def layer_table(device: torch.device, batch: int, seconds: float, names: list[st
         "models": per_model,
         "models_not_timed": skipped,
         "layers": sorted(timed.values(), key=lambda row: row["layer"]),
+        "retimed_calls": sum(row["passes"] > TABLE_PASSES for row in timed.values()),
+        "unsettled_calls": sum(not settled(row) for row in timed.values()),
         "seconds": time.perf_counter() - start,
     }
+
+
+def settled(row: dict) -> bool:
+    """Whether a timed call's median pass is its own time, not a pause's: within PAUSED_RATIO of its fastest pass.
+    A call paused in half its passes or more, the extra ones included, is not (its median is a pause): the table's
+    figure for every model that makes it is too high by that much. A row without its passes (before 2026-12-06)
+    cannot tell, and counts as settled."""
+    times = row.get("pass_seconds") or [row["seconds_per_call"]]
+    return row["seconds_per_call"] <= PAUSED_RATIO * min(times)

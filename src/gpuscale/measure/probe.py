@@ -28,7 +28,7 @@ from torch import nn
 from gpuscale.contract import conditions, fsutil, probekind
 from gpuscale.contract.settings import TrainSettings
 from gpuscale.measure import envinfo, sentinel
-from gpuscale.measure.layertable import TABLE_BATCH_CPU, layer_table
+from gpuscale.measure.layertable import PAUSED_RATIO, RETIME_PASSES, TABLE_BATCH_CPU, TABLE_PASSES, layer_table
 from gpuscale.measure.layertable import sync as _sync
 from gpuscale.measure.layertable import timed_window as _timed_window
 from gpuscale.models import nets
@@ -42,6 +42,10 @@ SCHEMA_VERSION = 3
 # `groups` times too many (nets.CostCounter corrects it for the model facts), and timed the layers without their
 # input gradient: its depthwise and grouped rates are not in the facts' units (costmodel.from_probe drops them).
 KIND = "gpuscale.probe"
+# A model whose layer table holds more than this share in calls still paused after re-timing (layertable.settled)
+# gets a warning in the probe's log: its CPU prediction would read slow (issue 27: a paused stem convolution priced
+# resnet18's table 2.2-2.9x on two H100 leases).
+UNSETTLED_WARNING = 0.05
 # Shares of the budget. The layer table prices the registry's models; the rates by kind price any other model
 # (and the quick rate check); the loader needs its workers started.
 SHARES = {
@@ -450,7 +454,29 @@ def _measure(
             table["seconds"],
             ", ".join(table["models_not_timed"]) or "none",
         )
+        warn_unsettled(table, device_slug)
     _measure_pipeline(doc, device, device_slug, train, budget_seconds * SHARES["input_pipeline"], quick, dataset)
+
+
+def warn_unsettled(table: dict, device_slug: str) -> bool:
+    """Warn (and say so) where a model's layer table holds over UNSETTLED_WARNING in calls still paused after
+    re-timing (layertable.settled): its CPU prediction would read slow."""
+    worst = max(table["models"].items(), key=lambda kv: kv[1].get("unsettled_share", 0.0), default=None)
+    if not worst or worst[1].get("unsettled_share", 0.0) <= UNSETTLED_WARNING:
+        return False
+    log.warning(
+        "probe %s: %d layer calls' median pass was over %.1fx their fastest after %d passes (%d calls re-timed): a "
+        "pause of the host, not their cost; they make up %.0f%% of %s's table, so its CPU prediction reads slow: "
+        "probe again",
+        device_slug,
+        table.get("unsettled_calls", 0),
+        PAUSED_RATIO,
+        TABLE_PASSES + RETIME_PASSES,
+        table.get("retimed_calls", 0),
+        100 * worst[1]["unsettled_share"],
+        worst[0],
+    )
+    return True
 
 
 def _measure_pipeline(doc: dict, device, device_slug: str, train: TrainSettings, share: float, quick: bool, dataset):
