@@ -39,7 +39,7 @@ TABLE_SECONDS_PER_LAYER = 0.001
 TABLE_PASSES = 3
 # A call whose TABLE_PASSES passes differ by more than RETIME_SPREAD (slowest / fastest) is timed in RETIME_PASSES
 # more (timed_passes): the median of 7 holds where two of 3 passes were paused. 1.5: in the harness-2 probes of the
-# H100 and H200 hosts (2026-12-05/06, 840 calls each) 3-20% of the calls passed it; their 4 more passes come to
+# H100 and H200 hosts (2026-12-05/06, 840 calls each) 3-23% of the calls passed it; their 4 more passes come to
 # 0.1-1.0 s on a table of 15-30 s.
 RETIME_SPREAD = 1.5
 RETIME_PASSES = 4
