@@ -5,7 +5,7 @@
 # interleaved order, through benchmarks/h200_study.sh with the pairs' overlays), then the GPU probe again: its
 # input pipeline before and after the runs is the lease's own spread. Brings back OUTDIR/probe/*.json,
 # OUTDIR/records.tar and OUTDIR/logs.tar; prints the boot id first.
-#   benchmarks/h200_lease.sh LIST OUTDIR BUDGET_SECONDS
+#   [FIRST_PROBES=...] [CHECK=1] [END_PROBE=0] benchmarks/h200_lease.sh LIST OUTDIR BUDGET_SECONDS
 set -uo pipefail
 LIST=benchmarks/h200_lease_$1.txt; OUT=$2; BUDGET=$3
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
@@ -26,6 +26,10 @@ probe() {  # probe DEVICE NAME
   grep -hE "input pipeline|layer table" "$OUT/probe/$2.log" | sed -E "s/^.*INFO gpuscale.probe: //"
   echo "[probe $2 done at ${SECONDS}s]"
 }
+# FIRST_PROBES="DEVICE:NAME ...": probes before the lease's own (e.g. cuda:first/cuda-cold cuda:first/cuda-again, the
+# GPU probed twice before anything else: whether a lease's first probe runs cold); kept under probe/ in subfolders,
+# which the transfer does not read
+for first in ${FIRST_PROBES:-}; do mkdir -p "$OUT/probe/$(dirname "${first#*:}")"; probe "${first%%:*}" "${first#*:}"; done
 probe cpu cpu
 probe cuda cuda
 if [[ -n ${CHECK:-} ]]; then  # CHECK=1: each probe alone against this machine's compute per step, all models
