@@ -1,0 +1,80 @@
+"""Each probe a lease holds, in turn, as that lease's probe (issue 27): how much of a fresh-lease prediction's error
+is the moment the probe was taken.
+
+    python benchmarks/probe_moments.py FOLDER [LEASE_ID ...]
+        (FOLDER: a paired reference with leases/<id>/probe/, e.g. reference/h100-2026-12-05; default: every lease)
+
+A lease folder keeps its probes of one device at several moments: probe/<device>.json (the one the transfer reads,
+the lease's first of that device unless its README says otherwise), probe/first/ (taken before it, e.g. the GPU
+probed cold and again: h200_lease.sh's FIRST_PROBES), probe/mid/ (the start and end of later calls), probe/end/.
+For each such probe this prints the lease's epochs of that device predicted by the transfer (the other leases of
+FOLDER as calibration, as benchmarks/lease_transfer.py --separately) and by the probe alone: median and worst
+|error| and the share inside the band, beside the probe's input-pipeline rate. The other device keeps its usual
+probe. A wide spread between a lease's rows is the lease's own pace moving, which no probe taken once can follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+from gpuscale.predict import costmodel as cm
+from gpuscale.predict import prediction as predict
+from gpuscale.predict import transfer
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python benchmarks/probe_moments.py FOLDER [LEASE_ID ...]", file=sys.stderr)
+        return 2
+    folder, wanted = Path(argv[0]), set(argv[1:])
+    facts = cm.load_facts()
+    leases = transfer.leases_of(folder, predict.load_records, predict.load_probes)
+    print(
+        "| lease | device | probe | started | pipeline with a step, images/s | transfer: median / worst | inside | "
+        "probe alone: median / worst |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for target in leases:
+        lease_id = Path(target.name).name
+        if wanted and lease_id not in wanted:
+            continue
+        for path in sorted((Path(target.name) / "probe").rglob("*.json")):
+            ((device, record),) = predict.load_probes([path]).items()
+            if record.get("status") != "measured" or device not in target.probes:
+                continue
+            swapped = dataclasses.replace(target, probes={**target.probes, device: record})
+            others = [x for x in leases if x.name != target.name]
+            rows = [
+                r
+                for r in transfer.leave_one_lease_out([swapped, *others], facts)
+                if r["lease"] == target.name and r["device"] == device
+            ]
+            alone = [
+                abs(r["error_percent"])
+                for r in predict.probe_only(target.observations, facts, {device: record})
+                if r["device"] == device
+            ]
+            if not rows:
+                continue
+            errors = [abs(r["error_percent"]) for r in rows]
+            inside = sum(bool(r["inside"]) for r in rows) / len(rows)
+            print(
+                f"| {lease_id} | {device} | {path.relative_to(Path(target.name) / 'probe')} | "
+                f"{str(record.get('started_at', ''))[11:19]} | {_pipeline(record)} | "
+                f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(rows)}) | {100 * inside:.0f}% | "
+                f"{statistics.median(alone):.1f}% / {max(alone):.1f}% |"
+            )
+    return 0
+
+
+def _pipeline(probe: dict) -> str:
+    pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+    rate = pipeline.get("images_per_second")
+    return f"{rate:,.0f}" if isinstance(rate, (int, float)) else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
