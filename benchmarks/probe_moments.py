@@ -11,11 +11,15 @@ For each such probe this prints the lease's epochs of that device predicted by t
 FOLDER as calibration, as benchmarks/lease_transfer.py --separately) and by the probe alone: median and worst
 |error| and the share inside the band, beside the probe's input-pipeline rate. The other device keeps its usual
 probe. A wide spread between a lease's rows is the lease's own pace moving, which no probe taken once can follow.
+Where a device has two or more probes, a last row pools them (each epoch's geometric mean over the probes'
+predictions), and a speedup row divides the two pooled devices (against the first probes' speedup in
+lease_transfer.py's table).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -41,6 +45,7 @@ def main(argv: list[str]) -> int:
         lease_id = Path(target.name).name
         if wanted and lease_id not in wanted:
             continue
+        pooled: dict[str, dict[str, dict[tuple, list[float]]]] = {}  # device -> transfer|alone -> epoch -> predictions
         for path in sorted((Path(target.name) / "probe").rglob("*.json")):
             ((device, record),) = predict.load_probes([path]).items()
             if record.get("status") != "measured" or device not in target.probes:
@@ -52,13 +57,16 @@ def main(argv: list[str]) -> int:
                 for r in transfer.leave_one_lease_out([swapped, *others], facts)
                 if r["lease"] == target.name and r["device"] == device
             ]
-            alone = [
-                abs(r["error_percent"])
-                for r in predict.probe_only(target.observations, facts, {device: record})
-                if r["device"] == device
+            alone_rows = [
+                r for r in predict.probe_only(target.observations, facts, {device: record}) if r["device"] == device
             ]
+            alone = [abs(r["error_percent"]) for r in alone_rows]
             if not rows:
                 continue
+            for how, got in (("transfer", rows), ("alone", alone_rows)):
+                for r in got:
+                    pooled.setdefault(device, {}).setdefault(how, {}).setdefault((r["model"], r["measured"]), [])
+                    pooled[device][how][(r["model"], r["measured"])].append(r["predicted"])
             errors = [abs(r["error_percent"]) for r in rows]
             inside = sum(bool(r["inside"]) for r in rows) / len(rows)
             print(
@@ -67,7 +75,54 @@ def main(argv: list[str]) -> int:
                 f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(rows)}) | {100 * inside:.0f}% | "
                 f"{statistics.median(alone):.1f}% / {max(alone):.1f}% |"
             )
+        speedups = _pooled_speedups(target, leases, facts, pooled)
+        for device, hows in pooled.items():
+            n = max(len(v) for v in hows["transfer"].values())
+            if n < 2:
+                continue
+            cells = [_pooled_errors(hows[how]) for how in ("transfer", "alone")]
+            print(
+                f"| {lease_id} | {device} | all {n}, the geometric mean of their predictions | - | - | "
+                f"{cells[0][0]:.1f}% / {cells[0][1]:.1f}% ({len(hows['transfer'])}) | - | "
+                f"{cells[1][0]:.1f}% / {cells[1][1]:.1f}% |"
+            )
+        if speedups:
+            errors = [abs(e) for e in speedups]
+            print(
+                f"| {lease_id} | speedup | each device's geometric mean over its probes | - | - | "
+                f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(errors)}) | - | - |"
+            )
     return 0
+
+
+def _pooled_speedups(target, leases, facts, pooled) -> list[float]:
+    """The speedup error of each paired model with each device's transfer prediction pooled over the lease's probes
+    of that device (those rows only where both devices have two or more probes' predictions: else nothing moved)."""
+    if {"cpu", "cuda"} - set(pooled) or min(max(map(len, pooled[d]["transfer"].values())) for d in ("cpu", "cuda")) < 2:
+        return []
+    base = [
+        r for r in transfer.leave_one_lease_out(leases, facts) if r["lease"] == target.name and r["device"] == "speedup"
+    ]
+    out = []
+    for r in base:
+        cpu = {m: p for (model, m), p in pooled["cpu"]["transfer"].items() if model == r["model"]}
+        gpu = {m: p for (model, m), p in pooled["cuda"]["transfer"].items() if model == r["model"]}
+        pair = next(((c, g) for c in cpu for g in gpu if math.isclose(c / g, r["measured"], rel_tol=1e-9)), None)
+        if pair is None:
+            continue
+        predicted = _geomean(cpu[pair[0]]) / _geomean(gpu[pair[1]])
+        out.append(100 * (predicted / r["measured"] - 1))
+    return out
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def _pooled_errors(predictions: dict[tuple, list[float]]) -> tuple[float, float]:
+    """Median and worst |error| of each epoch's geometric mean prediction over the lease's probes."""
+    errors = [100 * abs(_geomean(got) / measured - 1) for (_, measured), got in predictions.items()]
+    return statistics.median(errors), max(errors)
 
 
 def _pipeline(probe: dict) -> str:
