@@ -92,7 +92,56 @@ def main(argv: list[str]) -> int:
                 f"| {lease_id} | speedup | each device's geometric mean over its probes | - | - | "
                 f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(errors)}) | - | - |"
             )
+        _paired_moments(target, leases, facts, lease_id)
     return 0
+
+
+def _moments(target: transfer.Lease) -> list[tuple[str, dict[str, dict]]]:
+    """The lease's CPU and GPU probes taken at one moment, as pairs: probe/cpu.json with probe/cuda.json, and
+    mid/cpu-start-of-callN.json with mid/cuda-start-of-callN.json (h200_lease.sh probes the CPU, then the GPU, at
+    the start of each call)."""
+    root = Path(target.name) / "probe"
+    names = [("first probes", root / "cpu.json", root / "cuda.json")] + [
+        (f"start of {cpu.stem.split('start-of-')[1]}", cpu, cpu.with_name(cpu.name.replace("cpu-", "cuda-", 1)))
+        for cpu in sorted((root / "mid").glob("cpu-start-of-*.json"))
+    ]
+    out = []
+    for name, cpu, gpu in names:
+        if cpu.is_file() and gpu.is_file():
+            probes = predict.load_probes([cpu, gpu])
+            if all(p.get("status") == "measured" for p in probes.values()):
+                out.append((name, probes))
+    return out
+
+
+def _paired_moments(target, leases, facts, lease_id) -> None:
+    """Speedup rows with the lease's CPU and GPU probes of one moment swapped in together, and, where there are two
+    moments or more, each model's speedup as the geometric mean over the moments' predictions."""
+    moments = _moments(target)
+    if len(moments) < 2:
+        return
+    others = [x for x in leases if x.name != target.name]
+    by_model: dict[tuple, list[float]] = {}
+    for name, probes in moments:
+        swapped = dataclasses.replace(target, probes={**target.probes, **probes})
+        rows = [
+            r
+            for r in transfer.leave_one_lease_out([swapped, *others], facts)
+            if r["lease"] == target.name and r["device"] == "speedup"
+        ]
+        errors = [abs(r["error_percent"]) for r in rows]
+        inside = sum(bool(r["inside"]) for r in rows) / len(rows)
+        print(
+            f"| {lease_id} | speedup | CPU and GPU probes of one moment: {name} | - | - | "
+            f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(rows)}) | {100 * inside:.0f}% | - |"
+        )
+        for r in rows:
+            by_model.setdefault((r["model"], r["measured"]), []).append(r["predicted"])
+    errors = _pooled_errors(by_model)
+    print(
+        f"| {lease_id} | speedup | all {len(moments)} moments, the geometric mean of their speedups | - | - | "
+        f"{errors[0]:.1f}% / {errors[1]:.1f}% ({len(by_model)}) | - | - |"
+    )
 
 
 def _pooled_speedups(target, leases, facts, pooled) -> list[float]:
