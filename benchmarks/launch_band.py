@@ -30,14 +30,7 @@ DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
 
 def launch_logs(unit: str) -> list[float]:
     """log seconds per op of the sentinel's gpu_launch before and after each of the lease's jobs."""
-    out = []
-    for r in predict.load_records(Path(unit)):
-        for side in ("before", "after"):
-            component = (((r.get("conditions") or {}).get(side) or {}).get("components") or {}).get("gpu_launch")
-            value = (component or {}).get("value")
-            if isinstance(value, (int, float)) and value > 0:
-                out.append(math.log(value))
-    return out
+    return transfer.sentinel_logs(predict.load_records(Path(unit)), "gpu_launch")
 
 
 def host_and_device(probe: dict, facts: cm.ModelFacts, images: int, batch_size: int) -> tuple[float, float]:

@@ -108,16 +108,17 @@ def leases_of(folder: Path | str, load_records, load_probes) -> list[Lease]:
         records = load_records(unit)
         obs = [o for o in cm.observations(records, str(unit)) if o.variant == "paper"]
         if probes and obs:
-            out.append(Lease(str(unit), probes, obs, _pipeline_logs(records)))
+            out.append(Lease(str(unit), probes, obs, sentinel_logs(records, "pipeline_workers")))
     return out
 
 
-def _pipeline_logs(records: list[dict]) -> list[float]:
-    """log of the sentinel's pipeline_workers rate before and after each record's job (gpuscale.measure.sentinel)."""
+def sentinel_logs(records: list[dict], name: str) -> list[float]:
+    """log of one sentinel component's value (pipeline_workers, gpu_launch, ...) before and after each record's job
+    (gpuscale.measure.sentinel)."""
     out = []
     for r in records:
         for side in ("before", "after"):
-            component = (((r.get("conditions") or {}).get(side) or {}).get("components") or {}).get("pipeline_workers")
+            component = (((r.get("conditions") or {}).get(side) or {}).get("components") or {}).get(name)
             value = (component or {}).get("value")
             if isinstance(value, (int, float)) and value > 0:
                 out.append(math.log(value))
