@@ -38,12 +38,7 @@ def host_and_device(probe: dict, facts: cm.ModelFacts, images: int, batch_size: 
     cal = cm.from_probe(probe)
     if not (cal.op_seconds and facts.ops_per_step) or cm.uses_table(cal, facts.name):
         return 0.0, 0.0
-    steps = math.ceil(images / batch_size)
-    kinds = {**facts.kind_flops(), "other": 0.0}
-    dense = cal.seconds_per_flop.get("conv", 0.0)
-    device = images * sum(f * cal.seconds_per_flop.get(k, dense) for k, f in kinds.items())
-    host = steps * (cal.fixed_step_seconds + facts.ops_per_step * cal.op_seconds)
-    return cal.scale * host, cal.scale * device
+    return cm.host_and_device_seconds(cal, facts, images, math.ceil(images / batch_size))
 
 
 def with_launch_band(launch: dict[str, list[float]], plain):

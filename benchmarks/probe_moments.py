@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
         "probe alone: median / worst |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    held_out = transfer.leave_one_lease_out(leases, facts)  # each lease with its first probes
     for target in leases:
         lease_id = Path(target.name).name
         if wanted and lease_id not in wanted:
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
                 f"{statistics.median(errors):.1f}% / {max(errors):.1f}% ({len(rows)}) | {100 * inside:.0f}% | "
                 f"{statistics.median(alone):.1f}% / {max(alone):.1f}% |"
             )
-        speedups = _pooled_speedups(target, leases, facts, pooled)
+        speedups = _pooled_speedups(target, held_out, pooled)
         for device, hows in pooled.items():
             n = max(len(v) for v in hows["transfer"].values())
             if n < 2:
@@ -144,14 +145,12 @@ def _paired_moments(target, leases, facts, lease_id) -> None:
     )
 
 
-def _pooled_speedups(target, leases, facts, pooled) -> list[float]:
+def _pooled_speedups(target, held_out, pooled) -> list[float]:
     """The speedup error of each paired model with each device's transfer prediction pooled over the lease's probes
     of that device (those rows only where both devices have two or more probes' predictions: else nothing moved)."""
     if {"cpu", "cuda"} - set(pooled) or min(max(map(len, pooled[d]["transfer"].values())) for d in ("cpu", "cuda")) < 2:
         return []
-    base = [
-        r for r in transfer.leave_one_lease_out(leases, facts) if r["lease"] == target.name and r["device"] == "speedup"
-    ]
+    base = [r for r in held_out if r["lease"] == target.name and r["device"] == "speedup"]
     out = []
     for r in base:
         cpu = {m: p for (model, m), p in pooled["cpu"]["transfer"].items() if model == r["model"]}
@@ -175,8 +174,7 @@ def _pooled_errors(predictions: dict[tuple, list[float]]) -> tuple[float, float]
 
 
 def _pipeline(probe: dict) -> str:
-    pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
-    rate = pipeline.get("images_per_second")
+    rate = transfer.pipeline_of(probe).get("images_per_second")
     return f"{rate:,.0f}" if isinstance(rate, (int, float)) else "-"
 
 

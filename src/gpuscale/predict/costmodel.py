@@ -249,6 +249,18 @@ def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int
         per_step = cal.fixed_step_seconds + cal.table_scale * facts.parameters * cal.optimizer_seconds_per_parameter
         per_image = cal.table_scale * cal.table_seconds_per_image[facts.name]
         return cal.scale * (steps * per_step + images * per_image)
+    host, device = host_and_device_seconds(cal, facts, images, steps)
+    if cal.op_seconds and facts.ops_per_step:
+        # a GPU runs asynchronously: the host dispatches ops while the device works through those already queued,
+        # so a step takes the longer of the two, not their sum
+        return max(host, device)
+    return host + device
+
+
+def host_and_device_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int) -> tuple[float, float]:
+    """An epoch's two parts where no layer table prices the model: the host's per step (the fixed step and each
+    dispatched op, or each layer) and the FLOPs' per image by kind (compute_seconds: their sum, or on a GPU priced
+    per op the larger of the two)."""
     kinds = facts.kind_flops()
     if cal.op_seconds and facts.ops_per_step:  # a GPU from its probe: launches per op, FLOPs beyond them
         per_step = cal.fixed_step_seconds + facts.ops_per_step * cal.op_seconds
@@ -257,11 +269,7 @@ def compute_seconds(cal: Calibration, facts: ModelFacts, images: int, steps: int
         per_step = cal.fixed_step_seconds + (facts.layers or 0) * cal.layer_seconds
     dense = cal.seconds_per_flop.get("conv", 0.0)
     per_image = sum(flops * cal.seconds_per_flop.get(kind, dense) for kind, flops in kinds.items())
-    if cal.op_seconds and facts.ops_per_step:
-        # a GPU runs asynchronously: the host dispatches ops while the device works through those already queued,
-        # so a step takes the longer of the two, not their sum
-        return cal.scale * max(steps * per_step, images * per_image)
-    return cal.scale * (steps * per_step + images * per_image)
+    return cal.scale * steps * per_step, cal.scale * images * per_image
 
 
 def _pipeline(compute: float, loader: float, sharpness: float | None) -> float:

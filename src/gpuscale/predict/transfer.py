@@ -70,7 +70,7 @@ class Lease:
         """What the probe measured, as far as the ratios depend on it: its schema, its input pipeline's data and
         the harness of the layer table that prices a CPU (costmodel.table_harness; None where none does)."""
         probe = self.probes.get(device) or {}
-        pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+        pipeline = pipeline_of(probe)
         return probe.get("schema_version"), pipeline.get("source", probekind.SYNTHETIC), cm.table_harness(probe)
 
     def probed_as_today(self) -> bool:
@@ -217,9 +217,15 @@ def _pooled_sd(groups: list[list[float]]) -> float:
     return math.sqrt(sum(v for v, _ in sums) / freedom) if freedom else 0.0
 
 
+def pipeline_of(probe: dict) -> dict:
+    """The probe's input-pipeline measurement: with a step where it timed one (schema 3), else the plain one ({}
+    where none)."""
+    return (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+
+
 def pipeline_sd(probe: dict) -> float:
     """Half the log of the spread of the probe's input-pipeline passes (0 where the probe kept no passes)."""
-    pipeline = (probe.get("input_pipeline") or {}).get("with_step") or probe.get("input_pipeline") or {}
+    pipeline = pipeline_of(probe)
     spread = pipeline.get("spread")
     return 0.5 * math.log1p(spread) if spread else 0.0
 
