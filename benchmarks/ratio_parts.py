@@ -20,6 +20,8 @@ least squares) and the parts' spreads printed:
 Then the floor those parts set for a prediction that knew every model's shape exactly and took the level from the
 probe: per device sqrt(lease² + left²), the speedup the two devices' in quadrature, scored against N single draws like
 round_noise.py (N: the held-out speedups of lease_transfer.py's table for the folder, 4,000 repeats, fixed seed).
+Last, whether what is left follows the host: its correlation with how far each sentinel component (gpuscale.measure.
+sentinel) moved from the probe's minute (the sentinel the probe took before it) to the job's (before and after it).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def two_way(cells: dict[tuple[str, str], float]) -> dict:
         "model_sd": float(np.std(model_effects[shared])) if shared else 0.0,
         "left_sd": float(math.sqrt(float(residual @ residual) / freedom)) if freedom > 0 else float("nan"),
         "freedom": int(freedom),
+        "residuals": dict(zip(keys, residual.tolist(), strict=True)),
     }
 
 
@@ -91,6 +94,25 @@ def repeat_sd(folder: Path, leases: set[str], device: str) -> tuple[float, int]:
     return (math.sqrt(squares / freedom), freedom) if freedom else (float("nan"), 0)
 
 
+SENTINEL = ("memory_bandwidth", "pipeline_one_process", "pipeline_workers", "gpu_launch")
+
+
+def sentinel_shift(lease: transfer.Lease, model: str, device: str, name: str) -> float | None:
+    """log of a sentinel component at the model's jobs (the mean log over its records' before and after) less its
+    log in the sentinel the lease's probe of the device took before it: how far the host had moved from the probe's
+    minute to the job's (None where either is missing)."""
+    start = transfer.sentinel_logs(
+        [{"conditions": {"before": (lease.probes[device].get("conditions") or {}).get("before")}}], name
+    )
+    records = [
+        r
+        for r in predict.load_records(Path(lease.name))
+        if r["key"]["model"] == model and r["key"]["device"] == device and r["key"]["variant"] == "paper"
+    ]
+    at_job = transfer.sentinel_logs(records, name)
+    return statistics.fmean(at_job) - start[0] if start and at_job else None
+
+
 def floor(sd: float, draws: int) -> tuple[float, float]:
     """Median and worst |error| (percent) of a prediction with log-normal error `sd` against `draws` draws (median
     over 4,000 repeats, fixed seed)."""
@@ -107,12 +129,14 @@ def main(argv: list[str]) -> int:
     every = "--all" in argv
     folders = [Path(a) for a in argv if not a.startswith("--")] or [Path(f) for f in DEFAULT]
     facts = cm.load_facts()
+    shifts: dict[tuple, tuple[float, int]] = {}
     print("| folder | device | leases | models | cells | lease | model | left | repeat | floor: sd, median / worst |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         leases = transfer.leases_of(folder, predict.load_records, predict.load_probes)
         leases = [x for x in leases if every or x.probed_as_today()]
         names = {Path(x.name).name[:8] for x in leases}
+        by_name = {x.name: x for x in leases}
         draws = sum(r["device"] == "speedup" for r in transfer.leave_one_lease_out(leases, facts))
         floors = []
         for device in DEVICES:
@@ -126,6 +150,14 @@ def main(argv: list[str]) -> int:
             sd = math.hypot(parts["lease_sd"], parts["left_sd"])
             floors.append(sd)
             median, worst = floor(sd, draws)
+            for name in SENTINEL:
+                pairs = [
+                    (shift, left)
+                    for (lease_name, model), left in parts["residuals"].items()
+                    if (shift := sentinel_shift(by_name[lease_name], model, device, name)) is not None
+                ]
+                if len(pairs) >= 5:
+                    shifts[(folder.name, device, name)] = (float(np.corrcoef(np.array(pairs).T)[0, 1]), len(pairs))
             print(
                 f"| {folder.name} | {device} | {parts['leases']} | {parts['models']} | {parts['cells']} | "
                 f"{parts['lease_sd']:.3f} | {parts['model_sd']:.3f} | {parts['left_sd']:.3f} ({parts['freedom']}) | "
@@ -135,6 +167,11 @@ def main(argv: list[str]) -> int:
             sd = math.hypot(*floors)
             median, worst = floor(sd, draws)
             print(f"| {folder.name} | speedup | | | {draws} | | | | | {sd:.3f}, {median:.1f}% / {worst:.1f}% |")
+    print(
+        "\nwhat is left against the host's move from the probe's minute to the job's (sentinel, log): correlation (n)"
+    )
+    for (folder_name, device, name), (r, n) in shifts.items():
+        print(f"{folder_name:18} {device:5} {name:22} {r:+.2f} ({n})")
     return 0
 
 
