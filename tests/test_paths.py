@@ -72,7 +72,7 @@ REFERENCE_CASES = {
 def test_a_reference_folder_is_an_existing_folder_inside_the_project(case, key, tmp_path, capsys):
     make, expected = REFERENCE_CASES[case]
     bad = make(tmp_path)
-    name = "report.reference[1]" if key == "report" else "predict.validate_on[1]"
+    name = "report.reference.1" if key == "report" else "predict.validate_on.1"
     fails(capsys, aggregate(tmp_path, ["reference/ok", bad], key), f"{name}: ", expected)
     assert not Path("t").exists()
 
@@ -96,8 +96,8 @@ def test_a_reference_folder_listed_twice_under_another_name_is_refused(tmp_path,
     fails(
         capsys,
         aggregate(tmp_path, ["reference/ok", "reference/alias"], key),
-        f"{name}[1]: reference/alias (-> ",
-        f"is the same folder as {name}[0] (reference/ok); list each folder once",
+        f"{name}.1: reference/alias (-> ",
+        f"is the same folder as {name}.0 (reference/ok); list each folder once",
     )
     assert cli.main(aggregate(tmp_path, ["reference/ok", "reference/ok/"])) == 0, capsys.readouterr().err
 
@@ -166,15 +166,15 @@ def test_a_relative_output_stays_inside_the_project(tmp_path, capsys):
 OVER_INPUT = {
     "aggregate --out a reference folder": (
         ["aggregate", "--reference-only", "--out", "reference/ok", "--metrics", "m.json"],
-        "--out: reference/ok is report.reference[0], an input",
+        "--out: reference/ok is report.reference.0, an input",
     ),
     "aggregate --out inside a reference folder": (
         ["aggregate", "--reference-only", "--out", "reference/ok/tables", "--metrics", "m.json"],
-        "lies inside report.reference[0]",
+        "lies inside report.reference.0",
     ),
     "aggregate --out holding the reference folders": (
         ["aggregate", "--reference-only", "--out", "reference", "--metrics", "m.json"],
-        "holds report.reference[0]",
+        "holds report.reference.0",
     ),
     "aggregate --metrics over params": (
         ["aggregate", "--reference-only", "--out", "t", "--metrics", "o.yaml"],

@@ -44,6 +44,72 @@ def too_few_outputs():
 
 def fails_on_32():
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 10))
+
+
+class _NoParameters(nn.Module):
+    def forward(self, x):
+        return x.mean(dim=(1, 2))[:, :10]
+
+
+def no_parameters():
+    return _NoParameters()
+
+
+def frozen():
+    return build().requires_grad_(False)
+
+
+def exits():
+    import sys
+
+    sys.exit(0)
+
+
+class _WithAux(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = build()
+
+    def forward(self, x):
+        out = self.net(x)
+        return out, out
+
+
+def with_aux():
+    return _WithAux()
+
+
+class _FixedBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 32 * 32, 10)
+
+    def forward(self, x):
+        return self.fc(x.view(2, -1))
+
+
+def fixed_batch():
+    return _FixedBatch()
+
+
+class _TrainOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = build()
+
+    def forward(self, x):
+        if not self.training:
+            raise RuntimeError("only trains")
+        return self.net(x)
+
+
+def train_only():
+    return _TrainOnly()
+
+
+def prints():
+    print("building the net")
+    return build()
 """
 
 
@@ -124,6 +190,18 @@ BAD = {
     "fails on 32x32": ("{file}:fails_on_32", "fails on a batch of 32x32 images: RuntimeError"),
     "wrong outputs": ("{file}:too_few_outputs", "gives shape (2, 3) for 2 images, not (2, 10)"),
     "missing file": ("{missing}:build", "missing.py does not exist"),
+    "no parameters": ("{file}:no_parameters", "has no trainable parameters"),
+    "all parameters frozen": ("{file}:frozen", "has no trainable parameters (none, or all frozen)"),
+    "sys.exit in the builder": ("{file}:exits", "exits(): it called sys.exit(0); a model's code must not exit"),
+    "auxiliary outputs": ("{file}:with_aux", "returns tuple in training mode, not one tensor of logits (2, 10)"),
+    "batch size written in": ("{file}:fixed_batch", "fails on 3 images in evaluation mode: RuntimeError"),
+    "fails in evaluation mode": ("{file}:train_only", "fails on 3 images in evaluation mode: RuntimeError: only"),
+    "exits on import": ("{exits_on_import}:build", "fails on import: it called sys.exit(3)"),
+    "parses our command line on import": (
+        "{argparse_on_import}:build",
+        "it called sys.exit(2); a model's code must not exit (it printed: ",
+    ),
+    "package fails on import": ("brokenpkg.nets:build", "its package fails on import: RuntimeError: init fails"),
     "malformed": ("examples/mynet:build", "is neither a .py file nor a dotted module name"),
 }
 
@@ -131,11 +209,132 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_spec_ends_in_one_line_and_exit_2(case, netfile, tmp_path, capsys):
     name, expected = BAD[case]
-    name = name.format(file=netfile, missing=tmp_path / "missing.py")
+    (tmp_path / "exits_on_import.py").write_text("import sys\n\nsys.exit(3)\n\n\ndef build():\n    pass\n")
+    (tmp_path / "argparse_on_import.py").write_text(
+        "import argparse\n\nargparse.ArgumentParser().parse_args()\n\n\ndef build():\n    pass\n"
+    )
+    (tmp_path / "brokenpkg").mkdir()
+    (tmp_path / "brokenpkg" / "__init__.py").write_text("raise RuntimeError('init fails')\n")
+    (tmp_path / "brokenpkg" / "nets.py").write_text("def build():\n    pass\n")
+    name = name.format(
+        file=netfile,
+        missing=tmp_path / "missing.py",
+        exits_on_import="exits_on_import.py",
+        argparse_on_import="argparse_on_import.py",
+    )
     code, err = _validate(tmp_path, ["simplecnn", name], capsys)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "study.models.1" in err and expected in err, err
+
+
+def test_a_file_in_another_encoding_and_a_module_of_the_project_are_specs_like_any_other(tmp_path, monkeypatch):
+    """A file declaring latin-1 was read as UTF-8 (a traceback); a module inside the project resolved under
+    `python -m gpuscale` (the working folder on sys.path) and not from the `gpuscale` script the jobs run."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "latin.py").write_bytes(("# -*- coding: latin-1 -*-\n# caf\xe9\n" + NET).encode("latin-1"))
+    registry.check("latin.py:build")
+    assert specbuild.preflight("latin.py:build") is not None
+    (tmp_path / "projnets").mkdir()
+    (tmp_path / "projnets" / "__init__.py").write_text("")
+    (tmp_path / "projnets" / "small.py").write_text(NET)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    registry.check("projnets.small:build")
+    assert specbuild.preflight("projnets.small:build") is not None
+    assert spec.files("projnets.small:build") == ["projnets/small.py", "projnets/__init__.py"]
+
+
+def test_a_helper_module_the_file_imports_is_one_of_its_sources(tmp_path, monkeypatch):
+    """The facts were keyed on the named file alone: an edit to a helper it imports left them stale, and no job
+    reran. Its project-local imports, at any depth, are its sources: the cache's key, Snakemake's inputs, DVC's
+    deps."""
+    from gpuscale.models import facts
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "widths.py").write_text("WIDTH = 8\n")
+    (tmp_path / "layers.py").write_text("from widths import WIDTH\n")
+    (tmp_path / "net.py").write_text(
+        "import os\nimport layers\nfrom torch import nn\n\n\ndef build():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, layers.WIDTH), nn.Linear(layers.WIDTH, 10))\n"
+    )
+    name = "net.py:build"
+    assert spec.files(name) == ["net.py", "layers.py", "widths.py"]  # os and torch are not the project's
+    first = facts.spec_facts(name, tmp_path / "facts")
+    assert spec.read_facts(name, tmp_path / "facts") == first
+    (tmp_path / "widths.py").write_text("WIDTH = 16\n")
+    assert spec.read_facts(name, tmp_path / "facts") is None  # stale: a helper changed
+
+
+def test_what_a_builder_prints_goes_to_stderr_not_where_a_command_answers(netfile, capsys):
+    specbuild.build(f"{netfile}:prints")
+    out, err = capsys.readouterr()
+    assert out == "" and "building the net" in err
+
+
+def test_two_models_sharing_a_folder_name_are_refused_across_the_study_and_the_sweeps(tmp_path, netfile):
+    """A clash inside study.models was refused; one between study.models and sweeps.models ran the sweep's model
+    in the study's jobs."""
+    (tmp_path / "a-b.py").write_text(NET)
+    (tmp_path / "a.b.py").write_text(NET)
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["a-b.py:build"]
+    config["sweeps"]["models"] = ["a.b.py:build"]
+    with pytest.raises(params.ParamsError, match=r"sweeps\.models\.0: 'a\.b\.py:build' and 'a-b\.py:build' share"):
+        params.validate(config)
+
+
+def test_a_spec_with_a_space_is_refused_saying_so(tmp_path, netfile):
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["my nets/net.py:build"]
+    with pytest.raises(params.ParamsError, match=r"study\.models\.0: .* holds a space.*rename the file or folder"):
+        params.validate(config)
+
+
+def test_validate_builds_a_spec_named_as_an_override_s_key(tmp_path, capsys, netfile):
+    """models: {torchvision:resnt18: ...} was accepted, and never applied."""
+    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "models": {"torchvision:resnt18": {"epochs": 1}}})
+    code = cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "models.torchvision:resnt18: model spec" in err and "did you mean" in err, err
+
+
+@pytest.mark.parametrize("command", ["probe", "estimate"])
+def test_probe_and_estimate_refuse_a_bad_spec_in_one_line_before_any_timing(command, tmp_path, netfile, capsys):
+    overlay = write_yaml(tmp_path / "o.yaml", {**TINY, "study": {**TINY["study"], "models": [f"{netfile}:raises"]}})
+    argv = [command, "--params", str(REPO / "params.yaml"), "--params", str(overlay)]
+    argv += ["--device", "cpu", "--out", str(tmp_path / "p.json")] if command == "probe" else []
+    if command == "estimate":
+        (tmp_path / "probes").mkdir()
+        argv += ["--probes", str(tmp_path / "probes")]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "study.models.0: model spec" in err and "raises() raised RuntimeError" in err, err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_an_empty_model_is_refused_not_read_as_no_model(capsys):
+    code = cli.main(["predict", "--params", str(REPO / "params.yaml"), "--model", ""])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--model: '' is not allowed" in err, err
+
+
+def test_validate_notes_a_spec_in_params_yaml_that_dvc_yaml_has_no_stages_for(tmp_path):
+    """dvc repro failed with DVC's own "Parameters 'models.examples/mynet.py:build' are missing", naming no fix."""
+    from gpuscale.commands import validate
+
+    params_path, dvc_path = tmp_path / "params.yaml", tmp_path / "dvc.yaml"
+    write_yaml(params_path, {"study": {"models": ["simplecnn", "examples/mynet.py:build"]}, "sweeps": {"models": []}})
+    write_yaml(dvc_path, {"stages": {"train": {"cmd": "gpuscale train"}}})
+    (note,) = validate.dvc_notes(params_path, dvc_path)
+    assert "no stages for 'examples/mynet.py:build'" in note and "python -m gpuscale.deps --write dvc.yaml" in note
+    stage = spec.dvc_stage("train", "examples/mynet.py:build")
+    assert stage == "train-examples-mynet-py-build"
+    write_yaml(dvc_path, {"stages": {"train": {"cmd": "gpuscale train"}, stage: {"cmd": "gpuscale train"}}})
+    assert validate.dvc_notes(params_path, dvc_path) == []
+    write_yaml(params_path, {"study": {"models": ["simplecnn"]}})
+    assert validate.dvc_notes(params_path, tmp_path / "none.yaml") == []  # no DVC: nothing to say
 
 
 def test_a_bad_spec_is_refused_by_train_before_any_timing(netfile, tmp_path, capsys, prepared):

@@ -330,6 +330,49 @@ def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkey
     assert out.count(" s an epoch ") == 1 and "from: probe" in out
 
 
+def test_the_one_off_probes_the_cpu_again_where_its_layer_table_lacks_the_model(tmp_path, monkeypatch, capsys):
+    """A probe of this lease timed the study's layer table without the model asked for, which was then priced by
+    the rates by kind: the one-off takes the CPU's probe again with the model's layers first (probe --model)."""
+    import subprocess
+
+    from gpuscale import cli
+    from gpuscale.measure import envinfo
+
+    repo_params = Path("params.yaml").resolve()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
+    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    import gpuscale.commands
+
+    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    with_table = lease_probe("cpu", 1e11, lease="thislease")
+    row = {"seconds_per_image": 1e-3, "layer_calls": 10, "distinct_layer_calls": 5}
+    table = {"batch_size": 32, "models": {"large": row}, "models_not_timed": [], "layers": [], "seconds": 1.0}
+    with_table["layer_table"] = table
+    (probes / "cpu.json").write_text(json.dumps(with_table))
+    ran = []
+
+    def fake_probe(command, **kwargs):
+        ran.append(command)
+        Path(command[command.index("--out") + 1]).write_text(json.dumps(lease_probe("cpu", 1e11, lease="thislease")))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_probe)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("report: {reference: []}\npredict: {validate_on: []}\nstudy: {devices: [cpu]}\n")
+    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "small", "--probes", "probes"]
+    assert cli.main(argv) == 0
+    assert len(ran) == 1 and ran[0][ran[0].index("--device") + 1] == "cpu"
+    assert ran[0][ran[0].index("--model") + 1] == "small"
+    assert "has no layer table of small: probing it again" in capsys.readouterr().out
+    ran.clear()
+    table["models"]["small"] = row
+    (probes / "cpu.json").write_text(json.dumps(with_table))
+    assert cli.main(argv) == 0 and ran == []  # its table has it: no probe
+
+
 def test_models_that_truly_differ_keep_their_own_ratio_and_one_lease_s_noise_is_shrunk_to_the_centre():
     probes = [lease_probe("cpu", 1e11, lease=str(i)) for i in range(3)]
     own = {"small": 0.5, "large": 2.0, "other": 1.0}

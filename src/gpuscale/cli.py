@@ -278,8 +278,11 @@ def _run_command(name: str, module, args) -> int:
     from gpuscale.contract.paths import PathError
     from gpuscale.contract.record import RecordError
     from gpuscale.contract.runlock import RunLockError
+    from gpuscale.models.spec import SpecError
 
-    known: tuple = (UsageError, ParamsError, PathError, RecordError, RunLockError)
+    # SpecError: a model named by spec that cannot be used, from whichever command meets it first (estimate, probe,
+    # predict and the rest): one line, exit 2, as validate says it
+    known: tuple = (UsageError, ParamsError, PathError, RecordError, RunLockError, SpecError)
     try:
         check_log(args)
         setup_logging(args.log)

@@ -455,7 +455,7 @@ def _spec_stage(name: str, lines: list[str], spec: str, files: list[str]) -> lis
     from gpuscale.models import spec as model_spec
 
     slug = model_spec.slug(spec)
-    out = [f"  {name}-{slug}:  {GENERATED}"]
+    out = [f"  {model_spec.dvc_stage(name, spec)}:  {GENERATED}"]
     section = None
     for line in lines[1:]:
         stripped = line.strip()

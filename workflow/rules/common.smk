@@ -53,17 +53,17 @@ if workflow.is_main_process and runlock.hooks_skipped(sys.argv):
         sys.exit(f"gpuscale: error: {err}")
 
 # Models named by spec (gpuscale.models.spec): a job's {model} wildcard is the spec's slug, the command gets the
-# spec; the user's file is an input of that model's jobs only. Built and run on two 32x32 images before any job.
+# spec; the user's file is an input of that model's jobs only. Built and run as a job will (a forward and backward
+# pass, an evaluation pass: gpuscale.models.specbuild.preflight) before any job.
 MODEL_BY_SLUG = {model_spec.slug(m): m for m in (*PARAMS.study.models, *PARAMS.sweeps.models)}
 SPEC_MODELS = [m for m in MODEL_BY_SLUG.values() if model_spec.is_spec(m)]
-if SPEC_MODELS and workflow.is_main_process:
-    from gpuscale.models import specbuild  # torch: only where the study names a model by spec
+if workflow.is_main_process and any(model_spec.is_spec(m) for m in (*MODEL_BY_SLUG.values(), *PARAMS.models)):
+    from gpuscale.commands import UsageError, preflight_models  # torch: only where a model is named by spec
 
     try:
-        for _model in SPEC_MODELS:
-            specbuild.preflight(_model)
-    except model_spec.SpecError as err:
-        sys.exit(f"gpuscale: params error: study.models: {err}")
+        preflight_models(PARAMS)  # each as `gpuscale validate` does it, its line naming its key
+    except UsageError as err:
+        sys.exit(f"gpuscale: params error: {err}")
 
 
 def model_of(wildcards):

@@ -57,8 +57,8 @@ def choice(option: str, value, allowed) -> None:
 
 
 def model_choice(option: str, value: str, build: bool = True) -> None:
-    """Refuse a model that is neither a registry name nor a usable spec. A spec is also built and run on two
-    32x32 images on the CPU (gpuscale.models.specbuild.preflight; imports torch) unless `build` is False."""
+    """Refuse a model that is neither a registry name nor a usable spec. A spec is also built and asked what a
+    training job will ask of it (gpuscale.models.specbuild.preflight; imports torch) unless `build` is False."""
     from gpuscale.models import registry
     from gpuscale.models import spec as model_spec
 
@@ -77,6 +77,27 @@ def model_choice(option: str, value: str, build: bool = True) -> None:
             specbuild.preflight(value)
     except model_spec.SpecError as err:
         raise UsageError(f"{option}: {err}") from None
+
+
+def preflight_models(config, overrides: bool = True) -> None:
+    """Every model the params name by spec (study.models, sweeps.models and, with `overrides`, the keys under
+    models:) built and run as a training job will run it (gpuscale.models.specbuild.preflight; imports torch),
+    before any timing: the first that fails ends the command in one line naming its key (UsageError)."""
+    from gpuscale.models import spec as model_spec
+    from gpuscale.models import specbuild
+
+    named = [(f"study.models.{i}", name) for i, name in enumerate(config.study.models)]
+    named += [(f"sweeps.models.{i}", name) for i, name in enumerate(config.sweeps.models)]
+    if overrides:
+        named += [(f"models.{name}", name) for name in config.models or {}]
+    done: set[str] = set()
+    for key, name in named:
+        if model_spec.is_spec(name) and name not in done:
+            done.add(name)
+            try:
+                specbuild.preflight(name)
+            except model_spec.SpecError as err:
+                raise UsageError(f"{key}: {err}") from None
 
 
 def writable(path: Path | str, option: str, inputs=(), holds: tuple[str, ...] = ()) -> Path:

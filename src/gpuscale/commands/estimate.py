@@ -22,8 +22,10 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from gpuscale.commands import load_typed
+    from gpuscale.commands import load_typed, preflight_models
     from gpuscale.predict import estimate
 
-    estimate.run(load_typed(args), Path(args.probes), args.quick_seconds, plan=Path(args.plan) if args.plan else None)
+    config = load_typed(args)
+    preflight_models(config, overrides=False)  # their facts are counted from the built network
+    estimate.run(config, Path(args.probes), args.quick_seconds, plan=Path(args.plan) if args.plan else None)
     return 0

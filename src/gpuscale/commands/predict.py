@@ -72,7 +72,7 @@ def run(args) -> int:
     from gpuscale.predict import prediction as predict
 
     params = load_typed(args)
-    if args.model:
+    if args.model is not None:  # even an empty one: refused as no model, not read as no --model
         return one_off(args, params)
     specs = [m for m in params.study.models if model_spec.is_spec(m)]
     facts_path = Path(args.facts) if args.facts else None
@@ -146,6 +146,19 @@ def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[
     return got, missing
 
 
+def _table_models(path: Path) -> set[str] | None:
+    """The models a CPU probe's layer table timed; None where the probe holds no table (a GPU's, or one that could
+    not time any: probing again would not give one)."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    table = doc.get("layer_table") if isinstance(doc, dict) else None
+    return set(table.get("models") or {}) if isinstance(table, dict) else None
+
+
 def one_off(args, params) -> int:
     """`gpuscale predict --model SPEC`: this host's predicted epochs and speedup for one model, in seconds, with
     bands; probes of this lease are taken first where --probes lacks them (gpuscale probe, about a minute each)."""
@@ -175,11 +188,19 @@ def _one_off(args, params, scratch: str) -> int:
     lease = envinfo.boot_id()
     folder = Path(args.probes)
     got, missing = _lease_probes(folder, list(params.study.devices), lease)
+    for device, path in got.items():  # a CPU prices a model by its layer table: one timed without it, again
+        table = _table_models(path)
+        if device.startswith("cpu") and table is not None and args.model not in table:
+            print(f"the probe of {device} in {folder} has no layer table of {args.model}: probing it again")
+            missing.append(device)
     for device in missing:
-        print(
-            f"no probe of {device} from this lease in {folder}: probing it (about {params.predict.probe_seconds:.0f} s)"
-        )
+        if device not in got:
+            print(
+                f"no probe of {device} from this lease in {folder}: probing it "
+                f"(about {params.predict.probe_seconds:.0f} s)"
+            )
         command = [sys.executable, "-m", "gpuscale", "probe", *_params_argv(args), "--device", device]
+        command += ["--model", args.model]
         command += ["--out", str(folder / f"{device}.json")]
         if Path(args.data, "manifest.json").is_file():
             command += ["--data", str(args.data)]

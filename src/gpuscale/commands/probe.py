@@ -15,6 +15,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seconds", type=float, help="time budget (default: predict.probe_seconds)")
     parser.add_argument("--threads", type=int, help="torch threads on cpu (default: train.cpu_threads, else all cores)")
     parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="a model (a registry name or a spec) whose layers the CPU's layer table times first, before the study's"
+        " (repeatable; gpuscale predict --model passes it)",
+    )
+    parser.add_argument(
         "--data",
         help="the prepared dataset training reads (gpuscale data --out DIR): the input pipeline is timed on it"
         " (default: on synthetic images)",
@@ -23,7 +30,7 @@ def add_arguments(parser) -> None:
 
 def check(args) -> None:
     """Every argument and the output, before any measuring (one line naming what is allowed)."""
-    from gpuscale.commands import MAX_THREADS, UsageError, writable
+    from gpuscale.commands import MAX_THREADS, UsageError, model_choice, writable
     from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
 
     if not is_device(args.device):
@@ -33,6 +40,8 @@ def check(args) -> None:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads: {args.threads} is out of range (allowed: 1 to {MAX_THREADS})")
     writable(args.out, "--out")
+    for model in args.model:
+        model_choice("--model", model)  # a registry name, or a spec that builds and trains on 32x32 images
     if args.data is not None:
         from pathlib import Path
 
@@ -46,12 +55,13 @@ def check(args) -> None:
 def run(args) -> int:
     import sys
 
-    from gpuscale.commands import load_typed
+    from gpuscale.commands import load_typed, preflight_models
     from gpuscale.contract.settings import DeviceSpec
     from gpuscale.measure import probe, timinglock
     from gpuscale.models.spec import SpecError
 
     config = load_typed(args)
+    preflight_models(config, overrides=False)  # the layer table times them: a bad one says so before any timing
     budget = args.seconds or config.predict.probe_seconds
     dataset = None
     if args.data is not None:
@@ -68,7 +78,12 @@ def run(args) -> int:
         ):  # a probe times the device: never beside another timing job (gpuscale.measure.timinglock)
             device = DeviceSpec.parse(args.device).per_process  # cpu-ddp2: one process's device, cpu
             doc = probe.run(
-                device, config.train, budget, threads=args.threads, dataset=dataset, spec_models=spec_models(config)
+                device,
+                config.train,
+                budget,
+                threads=args.threads,
+                dataset=dataset,
+                spec_models=tuple(dict.fromkeys([*args.model, *spec_models(config)])),
             )
         probe.write(args.out, doc)
     except (probe.ProbeError, SpecError) as err:

@@ -142,6 +142,11 @@ def _describe(error) -> str:
         allowed = f"{words[validator]} {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {allowed})"
     if validator == "pattern":
+        if isinstance(error.instance, str) and any(c.isspace() for c in error.instance) and ":" in error.instance:
+            return (
+                f"{_key_path(path)}: {error.instance!r} holds a space, which a model's jobs cannot carry (Snakemake's "
+                f"and DVC's job names): rename the file or folder without one"
+            )
         hint = sub.get("description") or f"matching {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is malformed (allowed: {hint})"
     if validator == "uniqueItems":
@@ -223,13 +228,17 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             words = "allowed" if kind == "models" else "defined"
             what = f"unknown model {name!r}" if kind == "models" else f"{name!r} {problem}"
             refuse(key_path, f"{_key_path(key_path)}: {what}{hint} ({words}: {', '.join(allowed)})")
+    # every model a run can name (the study's and the sweeps') has one folder name (results/runs/<slug>/): two
+    # names sharing one would write each other's records, and the rules would run one model for the other
     slugs: dict[str, str] = {}
-    for index, name in enumerate(config["study"]["models"]):
+    listed = [(("study", "models", i), name) for i, name in enumerate(config["study"]["models"])]
+    listed += [(("sweeps", "models", i), name) for i, name in enumerate(config["sweeps"]["models"])]
+    for key_path, name in listed:
         other = slugs.setdefault(model_spec.slug(name), name)
         if other != name:
             refuse(
-                ("study", "models", index),
-                f"study.models.{index}: {name!r} and {other!r} share the folder name {model_spec.slug(name)!r}; "
+                key_path,
+                f"{_key_path(key_path)}: {name!r} and {other!r} share the folder name {model_spec.slug(name)!r}; "
                 f"rename one file or function",
             )
     for index, device in enumerate(config["study"]["devices"]):

@@ -9,7 +9,7 @@ A path is resolved once, with `..` and links followed, and checked against where
 - an output given as a relative path stays inside the project once `..` and links are followed (an absolute
   path names its place itself and is taken as meant); it never lies over an input: not the same file, not a
   folder holding an input or the project, not inside an input folder.
-Errors are PathError: one line naming the key (`report.reference[1]`, `--out`) and the fix. Stdlib only.
+Errors are PathError: one line naming the key (`report.reference.1`, `--out`) and the fix. Stdlib only.
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ def replaceable_folder(path, key: str, suffixes: tuple[str, ...]) -> None:
 
 
 def index_key(key: str, index: int) -> str:
-    return f"{key}[{index}]"
+    """A list item's key as params validation writes it (study.models.0), so one item reads the same in every
+    command's line."""
+    return f"{key}.{index}"
 
 
 def reference_folders(folders: Iterable, key: str = "report.reference") -> list[Path]:

@@ -443,7 +443,8 @@ def _measure(
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
     if not quick and device.type == "cpu":  # a GPU's isolated layers are launch-bound: see costmodel.from_probe
-        names = [*spec_models, *models.MODEL_NAMES] if spec_models else None  # the study's own models first
+        # the models asked for (gpuscale probe --model) and the study's own named by spec first, then the registry's
+        names = list(dict.fromkeys([*spec_models, *models.MODEL_NAMES])) if spec_models else None
         table = layer_table(device, min(batch, TABLE_BATCH_CPU), budget_seconds * SHARES["layer_table"], names)
         doc["layer_table"] = table
         log.info(

@@ -13,7 +13,9 @@ import ast
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,23 +76,66 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "-", name).strip("-")
 
 
+def dvc_stage(stage: str, name: str) -> str:
+    """The name of the dvc.yaml stage `python -m gpuscale.deps --write` gives a model named by spec (train-<slug>)."""
+    return f"{stage}-{slug(name)}"
+
+
 def files(name: str, root: Path | str = ".") -> list[str]:
     """The user's source files a model depends on, as paths relative to `root` where they lie under it: a file
-    spec's file; a module spec's module file where it lies under root (an installed package is not followed).
-    [] for registry names, torchvision and timm."""
+    spec's file, or a module spec's module file where it lies under root (an installed package is not followed),
+    then every module of the project those import, and theirs (`local_imports`: a helper module holding the
+    network's width is as much the model as the file naming it). [] for registry names, torchvision and timm.
+    The one list of a model's sources: its cached facts' key, its Snakemake inputs and its DVC deps."""
     if not is_spec(name):
         return []
     ref = parse(name)
+    first: list[str] = []
     if ref.kind == "file":
-        return [ref.target]
-    if ref.kind == "module":
+        first = [ref.target]
+    elif ref.kind == "module":
         origin = _module_origin(ref.target)
         if origin is not None:
             try:
-                return [Path(origin).resolve().relative_to(Path(root).resolve()).as_posix()]
+                first = [Path(origin).resolve().relative_to(Path(root).resolve()).as_posix()]
             except ValueError:
                 return []
-    return []
+            parts = ref.target.split(".")  # its packages' __init__.py run when it is imported
+            inits = (Path(*parts[:i], "__init__.py") for i in range(1, len(parts)))
+            first += [p.as_posix() for p in inits if (Path(root) / p).is_file() and p.as_posix() != first[0]]
+    return [*first, *local_imports(first, root)] if first else []
+
+
+def local_imports(paths: list[str], root: Path | str = ".") -> list[str]:
+    """The project's own modules (files under `root`, as root-relative paths) that the source files at `paths`
+    import, at any depth (read, not run: `import a.b`, `from a.b import c` and `from a import b` where root holds
+    a/b.py or a/b/__init__.py), in the order met, `paths` left out. A file that cannot be read or parsed has none
+    (its spec's check says why)."""
+    root = Path(root).resolve()
+    seen: list[str] = list(paths)
+    todo = list(paths)
+    while todo:
+        current = todo.pop(0)
+        try:
+            tree = ast.parse((root / current).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names if a.name != "*")]
+            else:
+                continue
+            for module in names:
+                parts = module.split(".")
+                for i in range(1, len(parts) + 1):  # a.b.c imports a and a.b too
+                    for candidate in (Path(*parts[:i]).with_suffix(".py"), Path(*parts[:i], "__init__.py")):
+                        found = candidate.as_posix()
+                        if (root / candidate).is_file() and found not in seen:
+                            seen.append(found)
+                            todo.append(found)
+    return seen[len(paths) :]
 
 
 def file_sha256(name: str) -> str | None:
@@ -104,15 +149,54 @@ def file_sha256(name: str) -> str | None:
     return digest.hexdigest()
 
 
+def project_on_path() -> None:
+    """Put the project folder (the working directory) first on sys.path, as `python -m` does and the `gpuscale`
+    script does not: a module spec inside the project (examples.mynet:build) then resolves the same way from
+    either, and in the workflow's jobs."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
+def find_module(module: str):
+    """importlib.util.find_spec for a module spec, the project on the path. Finding a dotted module imports its
+    parent packages, so the user's code runs here: an exception or sys.exit() there is a SpecError (one line)."""
+    project_on_path()
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError) as err:
+        raise SpecError(
+            f"module {module} is not importable ({err}); install its package, or put its folder on PYTHONPATH"
+        ) from None
+    except (Exception, SystemExit) as err:
+        raise SpecError(f"module {module}: its package fails on import: {user_error(err)}") from None
+
+
+def user_error(err: BaseException) -> str:
+    """One line for a failure of the user's code: the exception's type and first line; sys.exit() said as such."""
+    if isinstance(err, SystemExit):
+        return f"it called sys.exit({err.code!r}); a model's code must not exit"
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
 def _module_origin(module: str) -> str | None:
     try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+        found = find_module(module)
+    except SpecError:
         return None
     return found.origin if found is not None and found.origin not in (None, "built-in", "frozen") else None
 
 
-def _defines(source: str, function: str) -> bool:
+def read_source(path: Path | str, where: str, name: str) -> bytes:
+    """A Python file's bytes: its encoding is Python's to read (a `# -*- coding: latin-1 -*-` line), not ours."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise SpecError(f"model spec {name!r}: {where} cannot be read ({err.strerror})") from None
+
+
+def _defines(source: bytes | str, function: str) -> bool:
     """Whether a module's source defines `function` at its top level (def, class, assignment or import)."""
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
@@ -134,30 +218,33 @@ def check(name: str) -> None:
         path = Path(ref.target)
         if not path.is_file():
             raise SpecError(f"model spec {name!r}: no file {ref.target} (a path relative to the project folder)")
-        source = path.read_text()
         where = ref.target
+        source = read_source(path, where, name)
     elif ref.kind == "module":
         try:
-            found = importlib.util.find_spec(ref.target)
-        except (ImportError, ValueError) as err:
-            found, reason = None, f" ({err})"
-        else:
-            reason = ""
+            found = find_module(ref.target)
+        except SpecError as err:
+            raise SpecError(f"model spec {name!r}: {err}") from None
         if found is None:
             raise SpecError(
-                f"model spec {name!r}: module {ref.target} is not importable{reason}; install its package, or put "
-                f"its folder on PYTHONPATH"
+                f"model spec {name!r}: module {ref.target} is not importable; install its package, or put its "
+                f"folder on PYTHONPATH"
             )
         if not found.origin or not found.origin.endswith(".py"):
             return  # a compiled or namespace module: checked when built
-        source = Path(found.origin).read_text()
         where = f"module {ref.target}"
+        source = read_source(found.origin, where, name)
     else:
         return
     try:
         defined = _defines(source, ref.function)
     except SyntaxError as err:
         raise SpecError(f"model spec {name!r}: {where} does not parse (line {err.lineno}: {err.msg})") from None
+    except (UnicodeDecodeError, ValueError) as err:  # bytes not in the file's declared (or the default) encoding
+        raise SpecError(
+            f"model spec {name!r}: {where} is not Python source in its encoding ({type(err).__name__}); save it as "
+            f"UTF-8 or declare its encoding on its first line"
+        ) from None
     if not defined:
         raise SpecError(
             f"model spec {name!r}: {where} defines no {ref.function}; name a function that returns the model"

@@ -1,20 +1,54 @@
 """Building a model named by spec (gpuscale.models.spec): the user's code run, torch imported.
 
-`build` returns the untrained network; `preflight` also runs two 32x32 images through it on the CPU and checks
-the output's shape. Each failure is a SpecError whose str() is one line saying what is wrong and the fix.
+`build` returns the untrained network; `preflight` also asks of it what a training job will (trainable parameters, a
+forward and backward pass of 32x32 images on the CPU giving 10 logits each, an evaluation pass). Each failure is a
+SpecError whose str() is one line saying what is wrong and the fix; what the user's code prints goes to stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
+import warnings
 from pathlib import Path
 
-from gpuscale.models.spec import IMAGE_SHAPE, NUM_CLASSES, TIMM_INSTALL, ModelRef, SpecError, parse
+from gpuscale.models.spec import (
+    IMAGE_SHAPE,
+    NUM_CLASSES,
+    TIMM_INSTALL,
+    ModelRef,
+    SpecError,
+    parse,
+    project_on_path,
+    user_error,
+)
+
+
+@contextlib.contextmanager
+def _user_code(failure: str, raised: bool = False, fix: str = ""):
+    """Run the user's code (an import, a builder) with what it prints kept off stdout, where a command's answer
+    goes: said on stderr once it has returned; where it fails (an exception, sys.exit() or an argparse parser
+    reading our command line), one SpecError line: `failure` ("... raised TypeError: ..." where `raised`), why,
+    the last line it printed, if any, and `fix`."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            yield
+    except (Exception, SystemExit) as err:
+        if isinstance(err, SpecError):
+            raise
+        lines = printed.getvalue().strip().splitlines()
+        said = f" (it printed: {lines[-1].strip()[:160]})" if lines else ""
+        exited = isinstance(err, SystemExit)
+        text = f"{failure} raised {user_error(err)}" if raised and not exited else f"{failure}: {user_error(err)}"
+        raise SpecError(f"{text}{said}{f'; {fix}' if fix and not exited else ''}") from None
+    sys.stderr.write(printed.getvalue())
 
 
 def _function(ref: ModelRef):
@@ -22,29 +56,27 @@ def _function(ref: ModelRef):
         path = Path(ref.target)
         if not path.is_file():
             raise SpecError(f"model spec {ref.text!r}: no file {ref.target} (a path relative to the project folder)")
+        project_on_path()  # its own imports of the project's modules (a helper) resolve from any entry point
         module_name = f"gpuscale_user_model_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
         loader_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module
         try:
-            loader_spec.loader.exec_module(module)
-        except Exception as err:  # the user's code: any failure is theirs to fix, said in one line
+            with _user_code(f"model spec {ref.text!r}: {ref.target} fails on import"):
+                loader_spec.loader.exec_module(module)
+        except SpecError:
             del sys.modules[module_name]
-            raise SpecError(
-                f"model spec {ref.text!r}: {ref.target} fails on import: {type(err).__name__}: {err}"
-            ) from None
+            raise
     else:
-        try:
-            module = importlib.import_module(ref.target)
-        except ModuleNotFoundError as err:
-            raise SpecError(
-                f"model spec {ref.text!r}: module {ref.target} is not importable ({err}); install its package, or "
-                f"put its folder on PYTHONPATH"
-            ) from None
-        except Exception as err:
-            raise SpecError(
-                f"model spec {ref.text!r}: module {ref.target} fails on import: {type(err).__name__}: {err}"
-            ) from None
+        project_on_path()
+        with _user_code(f"model spec {ref.text!r}: module {ref.target} fails on import"):
+            try:
+                module = importlib.import_module(ref.target)
+            except ModuleNotFoundError as err:
+                raise SpecError(
+                    f"model spec {ref.text!r}: module {ref.target} is not importable ({err}); install its "
+                    f"package, or put its folder on PYTHONPATH"
+                ) from None
     function = getattr(module, ref.function, None)
     if function is None or not callable(function):
         raise SpecError(
@@ -81,7 +113,9 @@ def build(name: str, num_classes: int = NUM_CLASSES):
                 f"model spec {name!r}: torchvision has no classification builder {ref.target!r}"
                 f"{_close(ref.target, builders)} (torchvision.models.list_models() lists them)"
             )
-        model = torchvision.models.get_model(ref.target, weights=None, num_classes=num_classes)
+        with warnings.catch_warnings(), _user_code(f"model spec {name!r}: torchvision's {ref.target}"):
+            warnings.simplefilter("ignore")  # its own deprecations are not the user's to act on
+            model = torchvision.models.get_model(ref.target, weights=None, num_classes=num_classes)
     elif ref.kind == "timm":
         try:
             import timm
@@ -90,13 +124,17 @@ def build(name: str, num_classes: int = NUM_CLASSES):
         names = timm.list_models()
         if ref.target not in names:
             raise SpecError(f"model spec {name!r}: timm has no model {ref.target!r}{_close(ref.target, names)}")
-        model = timm.create_model(ref.target, pretrained=False, num_classes=num_classes)
+        with warnings.catch_warnings(), _user_code(f"model spec {name!r}: timm's {ref.target}"):
+            warnings.simplefilter("ignore")
+            model = timm.create_model(ref.target, pretrained=False, num_classes=num_classes)
     else:
         function = _function(ref)
-        try:
-            model = function(num_classes=num_classes) if _takes_num_classes(function) else function()
-        except Exception as err:
-            raise SpecError(f"model spec {name!r}: {ref.function}() raised {type(err).__name__}: {err}") from None
+        takes = _takes_num_classes(function)
+        call = f"{ref.function}(num_classes={num_classes})" if takes else f"{ref.function}()"
+        with _user_code(
+            f"model spec {name!r}: {ref.function}()", True, f"it must return the network when called as {call}"
+        ):
+            model = function(num_classes=num_classes) if takes else function()
     if not isinstance(model, nn.Module):
         raise SpecError(
             f"model spec {name!r}: {ref.function or ref.target}() returned {type(model).__name__}, not a "
@@ -106,28 +144,43 @@ def build(name: str, num_classes: int = NUM_CLASSES):
 
 
 def preflight(name: str, num_classes: int = NUM_CLASSES):
-    """build(), then a training-mode forward of two 32x32 images on the CPU: the output must be (2, num_classes).
-    Returns the model. Run before any timing job (gpuscale validate, train's checks, the Snakefile)."""
+    """build(), then what a training job will ask of the network, on the CPU: trainable parameters, a training-mode
+    forward of two 32x32 images giving one (2, num_classes) tensor, its backward pass, and an evaluation-mode
+    forward of three. Returns the model. Run before any timing job (gpuscale validate, train's checks, the
+    Snakefile)."""
     import torch
 
     model = build(name, num_classes)
     with torch.random.fork_rng(devices=[]):
-        try:
-            out = model.cpu().train()(torch.randn(2, *IMAGE_SHAPE))
-        except Exception as err:
+        if not any(p.requires_grad for p in model.parameters()):
             raise SpecError(
-                f"model spec {name!r}: fails on a batch of 32x32 images: {type(err).__name__}: {_first_line(err)}"
-            ) from None
-    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
-    if shape != (2, num_classes):
-        got = f"shape {shape}" if shape is not None else type(out).__name__
+                f"model spec {name!r}: has no trainable parameters (none, or all frozen); training needs some: "
+                f"return the network with requires_grad left on"
+            )
+        with _user_code(f"model spec {name!r}: fails on a batch of 32x32 images"):
+            out = model.cpu().train()(torch.randn(2, *IMAGE_SHAPE))
+        _check_output(name, out, 2, num_classes, "in training mode")
+        with _user_code(f"model spec {name!r}: fails on the backward pass of a batch of 32x32 images"):
+            out.float().square().mean().backward()
+        # a third image and evaluation mode, as the test pass runs it: a batch size written into the network, or a
+        # forward that only works while training, fails here rather than in the timing job
+        with _user_code(f"model spec {name!r}: fails on 3 images in evaluation mode"), torch.no_grad():
+            out = model.eval()(torch.randn(3, *IMAGE_SHAPE))
+        _check_output(name, out, 3, num_classes, "in evaluation mode")
+        model.zero_grad(set_to_none=True)
+    return model.train()
+
+
+def _check_output(name: str, out, images: int, num_classes: int, mode: str) -> None:
+    import torch
+
+    if not isinstance(out, torch.Tensor):
         raise SpecError(
-            f"model spec {name!r}: gives {got} for 2 images, not (2, {num_classes}): its last layer must have "
-            f"{num_classes} outputs (or take num_classes)"
+            f"model spec {name!r}: returns {type(out).__name__} {mode}, not one tensor of logits ({images}, "
+            f"{num_classes}); return the logits alone (no auxiliary outputs)"
         )
-    return model
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
+    if tuple(out.shape) != (images, num_classes):
+        raise SpecError(
+            f"model spec {name!r}: gives shape {tuple(out.shape)} for {images} images, not ({images}, {num_classes}), "
+            f"{mode}: its last layer must have {num_classes} outputs (or take num_classes)"
+        )
