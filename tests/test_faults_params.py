@@ -272,6 +272,16 @@ def test_snakemake_reads_a_number_as_dvc_writes_it_through_gpuscale(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.e2e
+def test_snakemake_refuses_a_second_configfile_flag_which_it_would_drop(tmp_path):
+    """`--configfile config/mymodel.yaml --configfile offline.yaml` planned the default study: Snakemake keeps the
+    last flag's files only."""
+    overlay = write_yaml(tmp_path / "offline.yaml", {"data": {"source": "synthetic"}})
+    argv = ["snakemake", "-n", "--cores", "1", "--configfile", "config/mymodel.yaml", "--configfile", str(overlay)]
+    done = run(argv, REPO, check=False)
+    assert done.returncode != 0 and "--configfile given 2 times" in done.stderr + done.stdout, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     "overlay, key, fix",
     [

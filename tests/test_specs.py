@@ -110,6 +110,82 @@ def train_only():
 def prints():
     print("building the net")
     return build()
+
+
+class _PrintsForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = build()
+
+    def forward(self, x):
+        print("FORWARD CALLED")
+        return self.net(x)
+
+
+def prints_forward():
+    return _PrintsForward()
+
+
+def threads_one():
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    return build().float()
+
+
+def lazy():
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(10))
+
+
+class _Locked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.net = build()
+        self.lock = threading.Lock()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def locked():
+    return _Locked()
+
+
+class _Stop(BaseException):
+    pass
+
+
+def base_exception():
+    raise _Stop("not an Exception")
+
+
+instance = build()
+"""
+
+DEFINES = """
+from torch import nn
+from typing import Callable
+
+
+def _net(num_classes=10):
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, num_classes))
+
+
+try:
+    from fastnets import build_try  # not installed: the fallback below
+except ImportError:
+    def build_try():
+        return _net()
+
+if True:
+    def build_if():
+        return _net()
+
+build_ann: Callable = _net
+build_a, build_b = _net, _net
 """
 
 
@@ -202,6 +278,9 @@ BAD = {
         "it called sys.exit(2); a model's code must not exit (it printed: ",
     ),
     "package fails on import": ("brokenpkg.nets:build", "its package fails on import: RuntimeError: init fails"),
+    "a lazy module": ("{file}:lazy", "cannot be counted or copied: ValueError"),
+    "a module holding a lock": ("{file}:locked", "cannot be counted or copied: TypeError"),
+    "a BaseException": ("{file}:base_exception", "base_exception() raised _Stop: not an Exception"),
     "malformed": ("examples/mynet:build", "is neither a .py file nor a dotted module name"),
 }
 
@@ -318,6 +397,83 @@ def test_an_empty_model_is_refused_not_read_as_no_model(capsys):
     code = cli.main(["predict", "--params", str(REPO / "params.yaml"), "--model", ""])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--model: '' is not allowed" in err, err
+
+
+def test_torch_s_settings_a_builder_changes_are_set_back_with_a_note(netfile, capsys):
+    """A builder calling torch.set_num_threads(1) had every epoch timed on one thread, the record none the wiser."""
+    import torch
+
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    specbuild.preflight(f"{netfile}:threads_one")
+    assert torch.get_num_threads() == threads and torch.get_default_dtype() == dtype
+    err = capsys.readouterr().err
+    assert f"changed torch's threads {threads} -> 1" in err and "default dtype torch.float32 -> torch.float64" in err
+
+
+def test_what_a_forward_prints_while_counted_stays_off_stdout(netfile, tmp_path, capsys):
+    from gpuscale.models import facts
+
+    facts.spec_facts(f"{netfile}:prints_forward", tmp_path / "facts")
+    out, err = capsys.readouterr()
+    assert out == "" and "FORWARD CALLED" in err
+
+
+def test_a_network_instance_at_the_top_level_is_taken_as_the_model(netfile):
+    assert specbuild.preflight(f"{netfile}:instance") is not None
+
+
+@pytest.mark.parametrize("function", ["build_try", "build_if", "build_ann", "build_a", "build_b"])
+def test_a_function_bound_in_a_block_or_by_annotation_or_unpacking_is_found(function, tmp_path, monkeypatch):
+    """The torch-free check found only a plain def or assignment at the top level, and refused these."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "defs.py").write_text(DEFINES)
+    registry.check(f"defs.py:{function}")
+    assert specbuild.preflight(f"defs.py:{function}") is not None
+
+
+def test_a_module_spec_s_relative_imports_are_its_sources(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    package = tmp_path / "relpkg"
+    (package / "parts").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "parts" / "__init__.py").write_text("")
+    (package / "parts" / "widths.py").write_text("WIDTH = 4\n")
+    (package / "blocks.py").write_text("from .parts.widths import WIDTH\n")
+    (package / "net.py").write_text("from . import blocks\n" + NET)
+    files = spec.files("relpkg.net:build")
+    assert files[0] == "relpkg/net.py" and len(files) == len(set(files))
+    assert set(files) == {
+        "relpkg/net.py",
+        "relpkg/__init__.py",
+        "relpkg/blocks.py",
+        "relpkg/parts/widths.py",
+        "relpkg/parts/__init__.py",
+    }
+
+
+def test_a_long_spec_s_folder_name_is_cut_and_ends_in_a_hash_of_the_whole():
+    name = "models/" + "a" * 120 + ".py:build"
+    short = spec.slug(name)
+    assert len(short) == spec.SLUG_MAX and short.startswith("models-aaa") and short != spec.slug(name + "2")
+    assert spec.slug("examples/mynet.py:build") == "examples-mynet-py-build"  # short ones as they were
+
+
+def test_a_brace_in_a_spec_s_path_is_refused_saying_so(tmp_path):
+    config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    config["study"]["models"] = ["net{1}.py:build"]
+    with pytest.raises(params.ParamsError, match=r"study\.models\.0: .* holds a brace.*rename the file or folder"):
+        params.validate(config)
+
+
+def test_train_refuses_a_spec_its_record_cannot_hold_before_any_timing(tmp_path, capsys, prepared, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my nets").mkdir()
+    (tmp_path / "my nets" / "net.py").write_text(NET)
+    code = cli.main(["train", "--params", str(REPO / "params.yaml"), "--model", "my nets/net.py:build",
+                     "--device", "cpu", "--data", str(prepared), "--out", str(tmp_path / "r.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be a run record's model" in err, err
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_validate_notes_a_spec_in_params_yaml_that_dvc_yaml_has_no_stages_for(tmp_path):

@@ -51,6 +51,8 @@ class Terminated(BaseException):
     """SIGTERM, raised where the main thread is (like KeyboardInterrupt for SIGINT), so every open atomic write
     removes its partial file on the way out and the command ends in one line with 143 (128 + 15)."""
 
+    from_signal = True  # not the user's code failing (gpuscale.models.specbuild lets it through)
+
 
 def _on_sigterm(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once

@@ -27,6 +27,15 @@ def _params_files():
 if workflow.config_settings.config:
     sys.exit("gpuscale: --config values do not reach the stage commands; put them in an overlay file and pass --configfile FILE")
 
+# `--configfile A --configfile B`: Snakemake keeps the last flag's files only, and the study ran without A's overlay
+# (config/mymodel.yaml then an offline overlay planned the default study). Its own command line, in the main process.
+_CONFIG_FLAGS = [a for a in sys.argv[1:] if a.split("=")[0] in ("--configfile", "--configfiles")]
+if workflow.is_main_process and len(_CONFIG_FLAGS) > 1:
+    sys.exit(
+        f"gpuscale: {_CONFIG_FLAGS[0]} given {len(_CONFIG_FLAGS)} times: Snakemake keeps only the last one's files; "
+        "give them all after one: --configfile A.yaml B.yaml"
+    )
+
 PARAMS_FILES = _params_files()
 PARAMS_ARGS = " ".join(f"--params {shlex.quote(f)}" for f in PARAMS_FILES)  # quoted: reaches the shell
 try:  # validated and typed once; the rules read the study from PARAMS

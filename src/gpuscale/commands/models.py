@@ -16,14 +16,18 @@ def spec_models(args) -> list[str]:
 
     if not args.params and not Path(params.DEFAULT_PARAMS).is_file():
         return []
-    from gpuscale.commands import load_typed
+    from gpuscale.commands import load_typed, preflight_models
 
     config = load_typed(args)
+    preflight_models(config, overrides=False)  # one line naming the key, as validate says it, before the table
     names = [*config.study.models, *config.sweeps.models]
     return [m for m in dict.fromkeys(names) if model_spec.is_spec(m)]
 
 
 def run(args) -> int:
+    import contextlib
+    import sys
+
     from gpuscale.models import nets
     from gpuscale.models import registry as models
 
@@ -32,8 +36,9 @@ def run(args) -> int:
     print(f"{'model':<{width}} {'parameters':>12} {'train GFLOPs/image':>19}  description")
     for name in [*models.MODELS, *specs]:
         entry = models.get(name)
-        model = entry.build(10)
-        flops = nets.flops_per_image(model)
+        with contextlib.redirect_stdout(sys.stderr):  # what a model's own code prints, off the table
+            model = entry.build(10)
+            flops = nets.flops_per_image(model)
         print(
             f"{name:<{width}} {nets.parameter_count(model):>12,} "
             f"{flops['train_flops_per_image'] / 1e9:>19.4f}  {entry.description}"

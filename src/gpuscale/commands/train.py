@@ -47,6 +47,13 @@ def check(args) -> None:
     from gpuscale.contract.settings import DEVICE_ALLOWED, is_device
 
     config = load_typed(args)
+    from gpuscale.contract import record
+
+    if not re.match(record.schema()["properties"]["key"]["properties"]["model"]["pattern"], args.model):
+        # what the record's key takes (a space in a spec's path), refused before the timing rather than after it
+        raise UsageError(
+            f"--model: {args.model!r} cannot be a run record's model (a space in its path?): rename the file or folder"
+        )
     model_choice("--model", args.model)
     if not is_device(args.device):
         hint = ""

@@ -28,7 +28,11 @@ def dvc_notes(params_path: Path = Path("params.yaml"), dvc_path: Path = Path("dv
         return []  # no DVC here (or not readable as such): nothing DVC would miss
     wanted = [("train", m) for m in ((doc.get("study") or {}).get("models") or [])]
     wanted += [("sweep_threads", m) for m in ((doc.get("sweeps") or {}).get("models") or [])]
-    missing = [m for stage, m in wanted if model_spec.is_spec(str(m)) and model_spec.dvc_stage(stage, m) not in stages]
+    missing = list(
+        dict.fromkeys(
+            m for stage, m in wanted if model_spec.is_spec(str(m)) and model_spec.dvc_stage(stage, m) not in stages
+        )
+    )
     if not missing:
         return []
     return [

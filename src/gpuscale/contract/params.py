@@ -142,10 +142,12 @@ def _describe(error) -> str:
         allowed = f"{words[validator]} {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is out of range (allowed: {allowed})"
     if validator == "pattern":
-        if isinstance(error.instance, str) and any(c.isspace() for c in error.instance) and ":" in error.instance:
+        text = error.instance if isinstance(error.instance, str) else ""
+        odd = "a space" if any(c.isspace() for c in text) else "a brace" if {"{", "}"} & set(text) else None
+        if odd and ":" in text:  # a model spec's path
             return (
-                f"{_key_path(path)}: {error.instance!r} holds a space, which a model's jobs cannot carry (Snakemake's "
-                f"and DVC's job names): rename the file or folder without one"
+                f"{_key_path(path)}: {text!r} holds {odd}, which a model's jobs cannot carry (Snakemake's job names "
+                f"and wildcards): rename the file or folder without one"
             )
         hint = sub.get("description") or f"matching {error.validator_value}"
         return f"{_key_path(path)}: {error.instance!r} is malformed (allowed: {hint})"

@@ -9,6 +9,7 @@ those imports the other back. tests/test_models.py fails when the file is stale.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -61,7 +62,8 @@ def spec_facts(name: str, folder: Path | str | None = model_spec.FACTS_FOLDER) -
     if cached is not None:
         return cached
     specbuild.preflight(name)
-    entry = model_facts([name])["models"][name]
+    with contextlib.redirect_stdout(sys.stderr):  # what its forward prints while counted, off a command's answer
+        entry = model_facts([name])["models"][name]
     if folder is not None:
         path = model_spec.facts_path(name, folder)
         path.parent.mkdir(parents=True, exist_ok=True)

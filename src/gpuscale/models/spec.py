@@ -27,6 +27,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _MODULE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 _FUNCTION = re.compile(rf"^{_IDENT}$")
 IMAGE_SHAPE = (3, 32, 32)
+SLUG_MAX = 100  # a slug longer than this keeps its first 87 characters and a hash of the whole spec
 NUM_CLASSES = 10
 
 
@@ -70,10 +71,15 @@ def parse(text: str) -> ModelRef:
 
 def slug(name: str) -> str:
     """The model's name in file paths and Snakemake wildcards: a registry name as it is; a spec with every run of
-    characters other than letters, digits and _ made one '-' (examples/mynet.py:build -> examples-mynet-py-build)."""
+    characters other than letters, digits and _ made one '-' (examples/mynet.py:build -> examples-mynet-py-build),
+    past SLUG_MAX characters cut and ended with a hash of the spec."""
     if not is_spec(name):
         return name
-    return re.sub(r"[^A-Za-z0-9_]+", "-", name).strip("-")
+    text = re.sub(r"[^A-Za-z0-9_]+", "-", name).strip("-")
+    if len(text) <= SLUG_MAX:
+        return text
+    # a long spec made one file-name component past the file system's 255 bytes (OSError: File name too long)
+    return f"{text[: SLUG_MAX - 13].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
 def dvc_stage(stage: str, name: str) -> str:
@@ -121,15 +127,24 @@ def local_imports(paths: list[str], root: Path | str = ".") -> list[str]:
         except (OSError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
+            base: tuple[str, ...] = ()  # where the dotted names start: the project folder, or a package's
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 names = [node.module, *(f"{node.module}.{a.name}" for a in node.names if a.name != "*")]
+            elif isinstance(node, ast.ImportFrom) and node.level:  # from . import x, from .widths import W
+                package = Path(current).parent.parts
+                base = package[: len(package) - (node.level - 1)] if node.level - 1 <= len(package) else None
+                if base is None:
+                    continue
+                head = f"{node.module}." if node.module else ""
+                names = [node.module] if node.module else []
+                names += [f"{head}{a.name}" for a in node.names if a.name != "*"]
             else:
                 continue
             for module in names:
-                parts = module.split(".")
-                for i in range(1, len(parts) + 1):  # a.b.c imports a and a.b too
+                parts = [*base, *module.split(".")]
+                for i in range(max(len(base), 1), len(parts) + 1):  # a.b.c imports a and a.b too
                     for candidate in (Path(*parts[:i]).with_suffix(".py"), Path(*parts[:i], "__init__.py")):
                         found = candidate.as_posix()
                         if (root / candidate).is_file() and found not in seen:
@@ -197,17 +212,67 @@ def read_source(path: Path | str, where: str, name: str) -> bytes:
 
 
 def _defines(source: bytes | str, function: str) -> bool:
-    """Whether a module's source defines `function` at its top level (def, class, assignment or import)."""
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+    """Whether a module's source binds `function` at its top level: a def or class, an assignment (plain, annotated,
+    augmented, unpacked, a walrus), an import, in the module's body or in any if/try/with/for/while/match block at
+    that level (`try: from fast import build` / `except ImportError: def build(): ...`), not inside a def or
+    class. `from x import *` may bind it: left to the build."""
+
+    def bound(target) -> bool:
+        if isinstance(target, ast.Name):
+            return target.id == function
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return any(bound(t) for t in target.elts)
+        if isinstance(target, ast.Starred):
+            return bound(target.value)
+        return False
+
+    def binds(node) -> bool:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return node.name == function
+        if isinstance(node, ast.Assign):
+            return any(bound(t) for t in node.targets)
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            return bound(node.target)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return any((a.asname or a.name.split(".")[0]) in (function, "*") for a in node.names)
+        if isinstance(node, (ast.For, ast.AsyncFor)) and bound(node.target):
             return True
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == function for t in node.targets):
-            return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-            (a.asname or a.name.split(".")[0]) in (function, "*") for a in node.names
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+            item.optional_vars is not None and bound(item.optional_vars) for item in node.items
         ):
-            return True  # `from x import *` may define it: checked when built
-    return False
+            return True
+        if any(isinstance(n, ast.NamedExpr) and bound(n.target) for n in _shallow(node)):
+            return True
+        return any(binds(child) for child in _blocks(node))
+
+    return any(binds(node) for node in ast.parse(source).body)
+
+
+def _blocks(node) -> list:
+    """The statements of a compound statement's blocks (if/else, try/except/else/finally, with, for, while, match),
+    not those of a def or class."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    out = []
+    for name in ("body", "orelse", "finalbody"):
+        out += [n for n in getattr(node, name, []) or [] if isinstance(n, ast.stmt)]
+    for handler in getattr(node, "handlers", []) or []:
+        out += handler.body
+    for case in getattr(node, "cases", []) or []:
+        out += case.body
+    return out
+
+
+def _shallow(node) -> list:
+    """The expressions of a statement itself (not of the statements in its blocks)."""
+    out = []
+    for field, value in ast.iter_fields(node):
+        if field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, ast.AST):
+                out += list(ast.walk(item))
+    return out
 
 
 def check(name: str) -> None:

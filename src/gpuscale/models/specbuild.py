@@ -8,6 +8,7 @@ SpecError whose str() is one line saying what is wrong and the fix; what the use
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
 import hashlib
 import importlib
@@ -30,17 +31,57 @@ from gpuscale.models.spec import (
 )
 
 
+def _torch_state() -> dict:
+    """torch's process-wide settings a model's code can change and a timing would silently carry (None where torch
+    is not imported yet)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    return {
+        "threads": torch.get_num_threads(),
+        "default dtype": torch.get_default_dtype(),
+        "anomaly detection": torch.is_anomaly_enabled(),
+        "grad mode": torch.is_grad_enabled(),
+        "deterministic algorithms": (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+    }
+
+
+def _restore_torch_state(state: dict) -> list[str]:
+    """Set back what the user's code changed of `state`; returns what it had changed, as 'name old -> new'."""
+    import torch
+
+    now = _torch_state()
+    changed = [f"{key} {state[key]} -> {now[key]}" for key in state if now.get(key) != state[key]]
+    torch.set_num_threads(state["threads"])
+    torch.set_default_dtype(state["default dtype"])
+    torch.autograd.set_detect_anomaly(state["anomaly detection"])
+    torch.set_grad_enabled(state["grad mode"])
+    torch.use_deterministic_algorithms(
+        state["deterministic algorithms"][0], warn_only=state["deterministic algorithms"][1]
+    )
+    return changed
+
+
 @contextlib.contextmanager
 def _user_code(failure: str, raised: bool = False, fix: str = ""):
-    """Run the user's code (an import, a builder) with what it prints kept off stdout, where a command's answer
-    goes: said on stderr once it has returned; where it fails (an exception, sys.exit() or an argparse parser
-    reading our command line), one SpecError line: `failure` ("... raised TypeError: ..." where `raised`), why,
-    the last line it printed, if any, and `fix`."""
+    """Run the user's code (an import, a builder, a forward pass) with what it prints kept off stdout, where a
+    command's answer goes: said on stderr once it has returned; where it fails (an exception, sys.exit(), any
+    BaseException but a signal's, or an argparse parser reading our command line), one SpecError line: `failure`
+    ("... raised TypeError: ..." where `raised`), why, the last line it printed, if any, and `fix`. torch's
+    process-wide settings (threads, default dtype, anomaly detection, grad mode, deterministic algorithms) are set
+    back afterwards, with a note on stderr where it changed them: a builder calling torch.set_num_threads(1) had
+    every epoch timed on one thread, the record none the wiser."""
     printed = io.StringIO()
+    state = _torch_state()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             yield
-    except (Exception, SystemExit) as err:
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt) or getattr(err, "from_signal", False):
+            raise  # Ctrl-C or SIGTERM while the user's code ran: the command says it was interrupted
         if isinstance(err, SpecError):
             raise
         lines = printed.getvalue().strip().splitlines()
@@ -48,7 +89,16 @@ def _user_code(failure: str, raised: bool = False, fix: str = ""):
         exited = isinstance(err, SystemExit)
         text = f"{failure} raised {user_error(err)}" if raised and not exited else f"{failure}: {user_error(err)}"
         raise SpecError(f"{text}{said}{f'; {fix}' if fix and not exited else ''}") from None
+    finally:
+        changed = _restore_torch_state(state) if state else []
     sys.stderr.write(printed.getvalue())
+    if changed:
+        who = failure.split(": ")[0]
+        print(
+            f"gpuscale: note: {who} changed torch's {', '.join(changed)}; set back (a model's code must leave "
+            f"torch's settings as it found them)",
+            file=sys.stderr,
+        )
 
 
 def _function(ref: ModelRef):
@@ -129,6 +179,8 @@ def build(name: str, num_classes: int = NUM_CLASSES):
             model = timm.create_model(ref.target, pretrained=False, num_classes=num_classes)
     else:
         function = _function(ref)
+        if isinstance(function, nn.Module):  # `model = nn.Sequential(...)` at the module's top level: the network
+            return function
         takes = _takes_num_classes(function)
         call = f"{ref.function}(num_classes={num_classes})" if takes else f"{ref.function}()"
         with _user_code(
@@ -143,11 +195,17 @@ def build(name: str, num_classes: int = NUM_CLASSES):
     return model
 
 
+_UNCOUNTABLE = (
+    "gpuscale copies the network, counts its parameters and hooks its layers: lazy modules, torch.nn.utils.weight_norm "
+    "(use torch.nn.utils.parametrizations.weight_norm), objects that cannot be copied and TorchScript modules cannot be"
+)
+
+
 def preflight(name: str, num_classes: int = NUM_CLASSES):
     """build(), then what a training job will ask of the network, on the CPU: trainable parameters, a training-mode
-    forward of two 32x32 images giving one (2, num_classes) tensor, its backward pass, and an evaluation-mode
-    forward of three. Returns the model. Run before any timing job (gpuscale validate, train's checks, the
-    Snakefile)."""
+    forward of two 32x32 images giving one (2, num_classes) tensor, its backward pass, an evaluation-mode forward of
+    three, and gpuscale's own counting, copying and hooking of it. Returns the model. Run before any timing job
+    (gpuscale validate, train's checks, probe, estimate, the Snakefile)."""
     import torch
 
     model = build(name, num_classes)
@@ -157,6 +215,14 @@ def preflight(name: str, num_classes: int = NUM_CLASSES):
                 f"model spec {name!r}: has no trainable parameters (none, or all frozen); training needs some: "
                 f"return the network with requires_grad left on"
             )
+        # what gpuscale does with a model before it runs it: counts its parameters (a record's first fact), copies
+        # it (the facts, the layer table); a LazyLinear, the old weight_norm, a module holding a lock passed every
+        # other check and ended in a traceback there
+        from gpuscale.models import nets
+
+        with _user_code(f"model spec {name!r}: cannot be counted or copied", fix=_UNCOUNTABLE):
+            nets.parameter_count(model)
+            copy.deepcopy(model)
         with _user_code(f"model spec {name!r}: fails on a batch of 32x32 images"):
             out = model.cpu().train()(torch.randn(2, *IMAGE_SHAPE))
         _check_output(name, out, 2, num_classes, "in training mode")
@@ -168,6 +234,10 @@ def preflight(name: str, num_classes: int = NUM_CLASSES):
             out = model.eval()(torch.randn(3, *IMAGE_SHAPE))
         _check_output(name, out, 3, num_classes, "in evaluation mode")
         model.zero_grad(set_to_none=True)
+        # then what gpuscale's probe does with it: hooks its layers, counts its FLOPs (on a copy)
+        with _user_code(f"model spec {name!r}: cannot be counted or copied", fix=_UNCOUNTABLE):
+            nets.training_cost(model)
+            nets.layer_calls(model)
     return model.train()
 
 
@@ -175,9 +245,15 @@ def _check_output(name: str, out, images: int, num_classes: int, mode: str) -> N
     import torch
 
     if not isinstance(out, torch.Tensor):
+        builder = parse(name).kind in ("torchvision", "timm")
+        fix = (
+            "gpuscale trains networks that return their logits alone: wrap it in your own function, or pick another"
+            if builder
+            else "return the logits alone (no auxiliary outputs)"
+        )
         raise SpecError(
             f"model spec {name!r}: returns {type(out).__name__} {mode}, not one tensor of logits ({images}, "
-            f"{num_classes}); return the logits alone (no auxiliary outputs)"
+            f"{num_classes}); {fix}"
         )
     if tuple(out.shape) != (images, num_classes):
         raise SpecError(
