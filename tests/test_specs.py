@@ -403,11 +403,17 @@ def test_torch_s_settings_a_builder_changes_are_set_back_with_a_note(netfile, ca
     """A builder calling torch.set_num_threads(1) had every epoch timed on one thread, the record none the wiser."""
     import torch
 
-    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
-    specbuild.preflight(f"{netfile}:threads_one")
-    assert torch.get_num_threads() == threads and torch.get_default_dtype() == dtype
+    before = torch.get_num_threads(), torch.get_default_dtype()
+    torch.set_num_threads(2)  # whatever an earlier test left: the builder's must differ
+    torch.set_default_dtype(torch.float32)
+    try:
+        specbuild.preflight(f"{netfile}:threads_one")
+        assert torch.get_num_threads() == 2 and torch.get_default_dtype() == torch.float32
+    finally:
+        torch.set_num_threads(before[0])
+        torch.set_default_dtype(before[1])
     err = capsys.readouterr().err
-    assert f"changed torch's threads {threads} -> 1" in err and "default dtype torch.float32 -> torch.float64" in err
+    assert "changed torch's threads 2 -> 1" in err and "default dtype torch.float32 -> torch.float64" in err
 
 
 def test_what_a_forward_prints_while_counted_stays_off_stdout(netfile, tmp_path, capsys):

@@ -230,8 +230,18 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             words = "allowed" if kind == "models" else "defined"
             what = f"unknown model {name!r}" if kind == "models" else f"{name!r} {problem}"
             refuse(key_path, f"{_key_path(key_path)}: {what}{hint} ({words}: {', '.join(allowed)})")
-    # every model a run can name (the study's and the sweeps') has one folder name (results/runs/<slug>/): two
-    # names sharing one would write each other's records, and the rules would run one model for the other
+    _one_folder_name_each(config, refuse)
+    for index, device in enumerate(config["study"]["devices"]):
+        if not typed.is_device(device):
+            refuse(
+                ("study", "devices", index),
+                f"study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})",
+            )
+
+
+def _one_folder_name_each(config: dict, refuse) -> None:
+    """Every model a run can name (the study's and the sweeps') has one folder name (results/runs/<slug>/): two
+    names sharing one would write each other's records, and the rules would run one model for the other."""
     slugs: dict[str, str] = {}
     listed = [(("study", "models", i), name) for i, name in enumerate(config["study"]["models"])]
     listed += [(("sweeps", "models", i), name) for i, name in enumerate(config["sweeps"]["models"])]
@@ -242,12 +252,6 @@ def validate(config: dict, source: str = "params.yaml") -> None:
                 key_path,
                 f"{_key_path(key_path)}: {name!r} and {other!r} share the folder name {model_spec.slug(name)!r}; "
                 f"rename one file or function",
-            )
-    for index, device in enumerate(config["study"]["devices"]):
-        if not typed.is_device(device):
-            refuse(
-                ("study", "devices", index),
-                f"study.devices.{index}: {device!r} is malformed (allowed: {typed.DEVICE_ALLOWED})",
             )
 
 
