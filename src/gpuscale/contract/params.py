@@ -230,7 +230,7 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             words = "allowed" if kind == "models" else "defined"
             what = f"unknown model {name!r}" if kind == "models" else f"{name!r} {problem}"
             refuse(key_path, f"{_key_path(key_path)}: {what}{hint} ({words}: {', '.join(allowed)})")
-    _one_folder_name_each(config, refuse)
+    _one_folder_name_each(config["study"]["models"], config["sweeps"]["models"], refuse)
     for index, device in enumerate(config["study"]["devices"]):
         if not typed.is_device(device):
             refuse(
@@ -239,12 +239,12 @@ def validate(config: dict, source: str = "params.yaml") -> None:
             )
 
 
-def _one_folder_name_each(config: dict, refuse) -> None:
-    """Every model a run can name (the study's and the sweeps') has one folder name (results/runs/<slug>/): two
+def _one_folder_name_each(study_models: list, sweeps_models: list, refuse) -> None:
+    """Every model a run can name (study.models and sweeps.models) has one folder name (results/runs/<slug>/): two
     names sharing one would write each other's records, and the rules would run one model for the other."""
     slugs: dict[str, str] = {}
-    listed = [(("study", "models", i), name) for i, name in enumerate(config["study"]["models"])]
-    listed += [(("sweeps", "models", i), name) for i, name in enumerate(config["sweeps"]["models"])]
+    listed = [(("study", "models", i), name) for i, name in enumerate(study_models)]
+    listed += [(("sweeps", "models", i), name) for i, name in enumerate(sweeps_models)]
     for key_path, name in listed:
         other = slugs.setdefault(model_spec.slug(name), name)
         if other != name:
