@@ -27,13 +27,13 @@ sentinel) moved from the probe's minute (the sentinel the probe took before it) 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from round_noise import floor  # benchmarks/: the same scoring against single draws
 
 from gpuscale.contract import record
 from gpuscale.predict import costmodel as cm
@@ -113,18 +113,6 @@ def sentinel_shift(lease: transfer.Lease, model: str, device: str, name: str) ->
     return statistics.fmean(at_job) - start[0] if start and at_job else None
 
 
-def floor(sd: float, draws: int) -> tuple[float, float]:
-    """Median and worst |error| (percent) of a prediction with log-normal error `sd` against `draws` draws (median
-    over 4,000 repeats, fixed seed)."""
-    rng = random.Random(0)
-    medians, worsts = [], []
-    for _ in range(4000):
-        errors = [abs(math.exp(rng.gauss(0.0, sd)) - 1.0) for _ in range(draws)]
-        medians.append(statistics.median(errors))
-        worsts.append(max(errors))
-    return 100 * statistics.median(medians), 100 * statistics.median(worsts)
-
-
 def main(argv: list[str]) -> int:
     every = "--all" in argv
     folders = [Path(a) for a in argv if not a.startswith("--")] or [Path(f) for f in DEFAULT]
@@ -149,7 +137,7 @@ def main(argv: list[str]) -> int:
             repeat, repeat_freedom = repeat_sd(folder, names, device)
             sd = math.hypot(parts["lease_sd"], parts["left_sd"])
             floors.append(sd)
-            median, worst = floor(sd, draws)
+            median, worst, _ = floor(sd, draws)
             for name in SENTINEL:
                 pairs = [
                     (shift, left)
@@ -165,7 +153,7 @@ def main(argv: list[str]) -> int:
             )
         if len(floors) == 2 and draws:
             sd = math.hypot(*floors)
-            median, worst = floor(sd, draws)
+            median, worst, _ = floor(sd, draws)
             print(f"| {folder.name} | speedup | | | {draws} | | | | | {sd:.3f}, {median:.1f}% / {worst:.1f}% |")
     print(
         "\nwhat is left against the host's move from the probe's minute to the job's (sentinel, log): correlation (n)"
