@@ -259,21 +259,27 @@ def test_the_predict_stage_uses_the_transfer_for_this_host_and_never_lets_record
     assert (tmp_path / "out" / "transfer.csv").is_file() and (tmp_path / "out" / "transfer_summary.json").is_file()
 
 
-def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_lease(tmp_path, monkeypatch, capsys):
+def one_off_host(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """What every one-off test stands on: this repo's params.yaml, the project folder at tmp_path, this lease's boot
+    id "thislease", the hand-made facts (no spec built), an empty probes folder. Returns the params and the folder."""
+    import gpuscale.commands
     from gpuscale.measure import envinfo
 
-    three_leases(tmp_path, monkeypatch)
-    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
-    probes = tmp_path / "probes"
-    probes.mkdir()
-    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
-        (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
-    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
-    import gpuscale.commands
-
-    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
     repo_params = Path("params.yaml").resolve()
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
+    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
+    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    return repo_params, probes
+
+
+def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_lease(tmp_path, monkeypatch, capsys):
+    three_leases(tmp_path, monkeypatch)
+    repo_params, probes = one_off_host(tmp_path, monkeypatch)
+    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
+        (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(
         "report: {reference: [reference/paired]}\npredict: {validate_on: []}\nstudy: {devices: [cpu, cuda]}\n"
@@ -295,17 +301,8 @@ def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkey
     import subprocess
 
     from gpuscale import cli
-    from gpuscale.measure import envinfo
 
-    repo_params = Path("params.yaml").resolve()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
-    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
-    import gpuscale.commands
-
-    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
-    probes = tmp_path / "probes"
-    probes.mkdir()
+    repo_params, probes = one_off_host(tmp_path, monkeypatch)
     (probes / "cpu.json").write_text(json.dumps(lease_probe("cpu", 1e11, lease="an earlier lease")))
     ran = []
 
@@ -336,17 +333,8 @@ def test_the_one_off_probes_the_cpu_again_where_its_layer_table_lacks_the_model(
     import subprocess
 
     from gpuscale import cli
-    from gpuscale.measure import envinfo
 
-    repo_params = Path("params.yaml").resolve()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
-    monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
-    import gpuscale.commands
-
-    monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
-    probes = tmp_path / "probes"
-    probes.mkdir()
+    repo_params, probes = one_off_host(tmp_path, monkeypatch)
     with_table = lease_probe("cpu", 1e11, lease="thislease")
     row = {"seconds_per_image": 1e-3, "layer_calls": 10, "distinct_layer_calls": 5}
     table = {"batch_size": 32, "models": {"large": row}, "models_not_timed": [], "layers": [], "seconds": 1.0}
