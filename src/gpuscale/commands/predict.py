@@ -130,32 +130,25 @@ def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
     return list(found.values())
 
 
-def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[dict[str, Path], list[str]]:
-    """The probe records of `folder` made in this lease (boot id), and the devices that have none."""
+def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[dict[str, dict], list[str]]:
+    """The probe records of `folder` made in this lease (boot id), read, by device, and the devices that have none."""
     import json
 
     got, missing = {}, []
     for device in sorted({d.split("-ddp")[0] for d in devices}):
-        path = folder / f"{device}.json"
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads((folder / f"{device}.json").read_text())
         except (OSError, ValueError):
             doc = None
-        same = doc is not None and lease is not None and (doc.get("conditions") or {}).get("lease") == lease
-        (got.__setitem__(device, path) if same else missing.append(device))
+        same = isinstance(doc, dict) and lease is not None and (doc.get("conditions") or {}).get("lease") == lease
+        (got.__setitem__(device, doc) if same else missing.append(device))
     return got, missing
 
 
-def _table_models(path: Path) -> set[str] | None:
+def _table_models(doc: dict) -> set[str] | None:
     """The models a CPU probe's layer table timed; None where the probe holds no table (a GPU's, or one that could
     not time any: probing again would not give one)."""
-    import json
-
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    table = doc.get("layer_table") if isinstance(doc, dict) else None
+    table = doc.get("layer_table")
     return set(table.get("models") or {}) if isinstance(table, dict) else None
 
 
@@ -188,8 +181,8 @@ def _one_off(args, params, scratch: str) -> int:
     lease = envinfo.boot_id()
     folder = Path(args.probes)
     got, missing = _lease_probes(folder, list(params.study.devices), lease)
-    for device, path in got.items():  # a CPU prices a model by its layer table: one timed without it, again
-        table = _table_models(path)
+    for device, doc in got.items():  # a CPU prices a model by its layer table: one timed without it, again
+        table = _table_models(doc)
         if device.startswith("cpu") and table is not None and args.model not in table:
             print(f"the probe of {device} in {folder} has no layer table of {args.model}: probing it again")
             missing.append(device)
@@ -207,7 +200,6 @@ def _one_off(args, params, scratch: str) -> int:
         if subprocess.run(command, check=False).returncode != 0:
             print(f"gpuscale predict: error: the probe of {device} failed (see above)", file=sys.stderr)
             return 2
-        got[device] = folder / f"{device}.json"
     try:
         facts_path = Path(args.facts) if args.facts else None
         if model_spec.is_spec(args.model):  # the user's own model: its facts (counted once, cached by file hash)
@@ -216,7 +208,7 @@ def _one_off(args, params, scratch: str) -> int:
         if args.model not in facts:
             print(f"gpuscale predict: error: --model: no facts for {args.model!r}", file=sys.stderr)
             return 2
-        probes = predict.load_probes(list(got.values()))
+        probes = predict.load_probes([folder / f"{device}.json" for device in sorted({*got, *missing})])
         folders = list(dict.fromkeys([*params.report.reference, *params.predict.validate_on]))
         skipped: list[dict] = []  # a reference folder's bad records: warned and left out, as in the study's run
         leases = [x for f in folders if Path(f).is_dir() for x in predict.reference_leases(f, skipped)]
