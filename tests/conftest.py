@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -19,6 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # The host-wide timing lock of this test session's own (tests must not wait for, nor block, real timing jobs).
 os.environ["GPUSCALE_LOCK_DIR"] = tempfile.mkdtemp(prefix="gpuscale-test-lock-")
+# A suite started in the background by a shell without job control (`pytest ... &`) inherits SIGINT ignored, and so
+# does every command it starts: gpuscale then keeps it ignored, as a background job should, and the Ctrl-C tests
+# (tests/test_interrupts*.py) saw the command finish. They test a terminal's Ctrl-C: the children get it as one does.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tool_env() -> dict:
