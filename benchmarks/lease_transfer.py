@@ -5,7 +5,9 @@ from its own probes and the other leases' records only (gpuscale.predict.transfe
         (default: predict.validate_on and report.reference)
 
 Prints a markdown table per device (cpu, cuda, speedup) and lease, with a row for the leases probed as the tool
-probes today (transfer.Lease.probed_as_today) where some were probed before a fix, then every row with --rows.
+probes today (transfer.Lease.probed_as_today) where some were probed before a fix, and the same pools with each
+model also left out of the other leases' records ("the model unmeasured too": a model no lease measured, such as a
+user's own), then every row with --rows.
 --separately: each FOLDER's leases are held out against that folder's other leases only (one card per folder), the
 rows pooled.
 """
@@ -32,13 +34,14 @@ def main(argv: list[str]) -> int:
     if "--separately" not in argv:
         groups = [[x for g in groups for x in g]]
     leases = [x for g in groups for x in g]
-    rows = [r for g in groups for r in transfer.leave_one_lease_out(g, facts)]
+    # each lease held out, then each lease and model: as a model no lease measured (a user's own) is predicted
+    rows = [r for unseen in (False, True) for g in groups for r in transfer.leave_one_lease_out(g, facts, unseen)]
     targets = {r["lease"] for r in rows}
     alone = _probe_alone([x for x in leases if x.name in targets], facts)
     print("| device | lease | models | transfer: median / worst | inside the band | probe alone: median / worst |")
     print("|---|---|---|---|---|---|")
     for s in transfer.summarize(rows):
-        a = alone.get((s["device"], s["lease"]))
+        a = alone.get((s["device"], s["lease"].removesuffix(transfer.UNSEEN)))  # the probe alone reads no record
         alone_cell = f"{a[0]:.1f}% / {a[1]:.1f}%" if a else "-"
         print(
             f"| {s['device']} | {Path(s['lease']).name} | {s['models']} | {s['median_abs_error_percent']:.1f}% / "
@@ -48,6 +51,8 @@ def main(argv: list[str]) -> int:
     print(f"\n{transfer.PROBED_AS_TODAY}: {', '.join(today) or 'none'}")
     if show_rows:
         for r in rows:
+            if r["unseen"]:
+                continue
             print(
                 f"{Path(r['lease']).name:12} {r['model']:20} {r['device']:8} {r['predicted']:8.2f} "
                 f"[{r['low']:7.2f}, {r['high']:7.2f}] measured {r['measured']:8.2f} "

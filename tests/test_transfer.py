@@ -21,6 +21,7 @@ FACTS = {
     "large": cm.ModelFacts("large", 100_000, 1e10, {"conv": 1e10}, layers=40),
     "other": cm.ModelFacts("other", 10_000, 1e9, {"conv": 1e9}, layers=10),
 }
+FOUR = {**FACTS, "fourth": cm.ModelFacts("fourth", 5_000, 5e8, {"conv": 5e8}, layers=8)}
 
 
 def lease_probe(device, rate, fixed=0.01, pipeline=1e9, spread=None, lease="L"):
@@ -83,6 +84,62 @@ def test_the_band_holds_the_lease_to_lease_spread_and_the_probe_s_pipeline_sprea
     assert got["bound"] == "input pipeline"
     assert got["log_error"] == pytest.approx(math.hypot(shape.sd, 0.5 * math.log(1.44)))
     assert got["high"] / got["epoch_seconds"] == pytest.approx(math.exp(transfer.Z * got["log_error"]))
+
+
+def test_a_model_no_lease_measured_has_a_band_that_holds_how_much_models_differ():
+    """The device's centre says nothing of a model's own shape: its band adds tau (how much the measured models'
+    ratios differ beyond a lease's noise) to the lease-to-lease spread; a measured model's band does not."""
+    factors = {"small": 1.0, "large": 2.0, "fourth": 1.5}
+    noise = [1.0, 1.1, 0.9]
+    probes = [lease_probe("cpu", 1e11, lease=str(i)) for i in range(3)]
+    leases = [
+        transfer.Lease(
+            str(i),
+            {"cpu": p},
+            [
+                observation(m, "cpu", f * n * transfer.base_epoch(p, FOUR[m], 1000, 100)["epoch_seconds"])
+                for m, f in factors.items()
+            ],
+        )
+        for i, (p, n) in enumerate(zip(probes, noise, strict=True))
+    ]
+    shape = transfer.shape(leases, FOUR, "cpu")
+    assert shape.tau > 2 * shape.sd and shape.sd == pytest.approx(statistics.stdev(math.log(n) for n in noise))
+    target = lease_probe("cpu", 1e11, lease="T")  # compute-bound: no pipeline share in the band
+    measured = transfer.predict(target, shape, FACTS["small"], 1000, 100)
+    unmeasured = transfer.predict(target, shape, FACTS["other"], 1000, 100)
+    assert measured["shape"] == "model" and measured["log_error"] == pytest.approx(shape.sd)
+    assert unmeasured["shape"] == "device" and unmeasured["log_error"] == pytest.approx(math.hypot(shape.sd, shape.tau))
+    assert unmeasured["high"] / unmeasured["epoch_seconds"] == pytest.approx(
+        math.exp(transfer.Z * math.hypot(shape.sd, shape.tau))
+    )
+
+
+def test_leave_one_lease_out_with_unseen_models_leaves_each_model_out_of_every_other_lease():
+    """unseen=True: each lease's model predicted as a user's own model would be, with no lease's record of it: the
+    device's centre over the other models, whatever the model's own ratio elsewhere."""
+    facts = FOUR
+    factor = {"small": 1.0, "large": 2.0, "other": 1.5, "fourth": 1.2}  # the same in every lease
+    leases = []
+    for i, rate in enumerate((1e10, 3e10, 1e11)):
+        probe = lease_probe("cpu", rate, lease=str(i))
+        epoch = {m: factor[m] * transfer.base_epoch(probe, f, 1000, 100)["epoch_seconds"] for m, f in facts.items()}
+        leases.append(transfer.Lease(str(i), {"cpu": probe}, [observation(m, "cpu", e) for m, e in epoch.items()]))
+    rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
+    assert len(rows) == 3 * 4 and all(r["unseen"] and r["shape"] == "device" for r in rows)
+    for r in rows:  # the centre is the median of the other three models' ratios
+        centre = statistics.median(f for m, f in factor.items() if m != r["model"])
+        assert r["predicted"] / r["measured"] == pytest.approx(centre / factor[r["model"]])
+    lease0 = [x for x in leases if x.name == "0"][0]
+    stripped = [transfer.without(x, "small") for x in leases if x.name != "0"]
+    band = transfer.predict(lease0.probes["cpu"], transfer.shape(stripped, facts, "cpu"), facts["small"], 1000, 100)
+    row = next(r for r in rows if (r["lease"], r["model"]) == ("0", "small"))
+    assert (row["low"], row["high"]) == pytest.approx((band["low"], band["high"]))
+    # a measured model's prediction from the same leases is its own shape, exact
+    seen = transfer.leave_one_lease_out(leases, facts)
+    assert all(not r["unseen"] for r in seen)
+    groups = [s["lease"] for s in transfer.summarize(seen + rows) if s["device"] == "cpu"]
+    assert groups == [transfer.ALL_LEASES, transfer.ALL_LEASES + transfer.UNSEEN, "0", "1", "2"]
 
 
 def test_only_probes_made_the_same_way_transfer():

@@ -509,7 +509,10 @@ def run(
         "validation_summary": summary,
         "constants": host_constants + ref_constants + paper_constants,
         "paper": paper_implications(references, reference_facts),
-        "transfer": [_round(r) for r in transfer.leave_one_lease_out(leases, reference_facts)],
+        # each lease held out, then each lease and each model (as a user's own model on a lease never measured)
+        "transfer": [
+            _round(r) for unseen in (False, True) for r in transfer.leave_one_lease_out(leases, reference_facts, unseen)
+        ],
     }
     result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
     result["skipped"] = skipped

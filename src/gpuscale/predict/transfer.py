@@ -17,15 +17,17 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
                     ratio carries that lease's noise, so it moves the model only as far as models differ)
     predicted     = base_T(m, d) * c(m, d)
 
-The band is exp(±Z * e) with e = sqrt(shape_sd² + (share * pace_sd)²): shape_sd, how far one lease's ratio for a
-model strays from the other leases' (pooled over models measured in two or more leases; the ratios' own spread
-where none is); pace_sd, how far the host's input pipeline moves within one lease (the larger of the pooled
-within-lease sd of the calibration leases' sentinel pipeline rates, taken before and after every job, and half the
-log of the spread of this probe's loader passes): within one lease the host's pipeline moves from minute to minute,
-the GPU does not; share, the chance that the pipeline is the slower stage under that movement (pipeline_share).
-A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal. Where the leases whose
-probes were made the same way measured fewer than MIN_CALIBRATION_MODELS models on the device, there is no shape:
-the probe alone predicts, with its nominal band (probe_alone), in the predict stage and leave-one-lease-out alike.
+The band is exp(±Z * e) with e = sqrt(shape_sd² + model_sd² + (share * pace_sd)²): shape_sd, how far one lease's
+ratio for a model strays from the other leases' (pooled over models measured in two or more leases; the ratios' own
+spread where none is); model_sd, tau for a model no lease measured (the device's centre knows nothing of its own
+shape: a user's model), 0 for one they did; pace_sd, how far the host's input pipeline moves within one lease (the
+larger of the pooled within-lease sd of the calibration leases' sentinel pipeline rates, taken before and after every
+job, and half the log of the spread of this probe's loader passes): within one lease the host's pipeline moves from
+minute to minute, the GPU does not; share, the chance that the pipeline is the slower stage under that movement
+(pipeline_share). A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal.
+Where the leases whose probes were made the same way measured fewer than MIN_CALIBRATION_MODELS models on the device,
+there is no shape: the probe alone predicts, with its nominal band (probe_alone), in the predict stage and
+leave-one-lease-out alike.
 
 Torch-free (numpy through costmodel).
 """
@@ -35,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuscale.contract import probekind
@@ -53,6 +55,9 @@ MIN_CALIBRATION_MODELS = 3
 # the summary's groups beside each lease: every lease, and the leases whose probes the tool would make the same way now
 ALL_LEASES = "all leases"
 PROBED_AS_TODAY = "probed as today"
+# the same groups where each model was also left out of every other lease's records (leave_one_lease_out(unseen=True)):
+# a model no lease measured, as a user's own model is on a lease never measured
+UNSEEN = " (the model unmeasured too)"
 
 
 @dataclass
@@ -161,6 +166,12 @@ class Shape:
         means = [statistics.fmean(math.log(r) for r in rs) for rs in self.by_model.values() if rs]
         return statistics.median(means) if means else 0.0
 
+    def model_sd(self, basis: str) -> float:
+        """How far this lease's model may stray from its correction beyond the lease-to-lease spread: tau, how much
+        models differ, for a model no lease measured (the device's centre says nothing of it); 0 otherwise (its own
+        ratios carry it, shrunk by the same tau)."""
+        return self.tau if basis == "device" else 0.0
+
     def correction(self, model: str) -> tuple[float, str]:
         """exp of the model's mean log ratio shrunk towards the device's centre by w = tau² / (tau² + sd² / n),
         n the leases that measured it (empirical Bayes: one lease's ratio carries that lease's noise); the
@@ -250,7 +261,7 @@ def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_0
     c, basis = shape_.correction(facts.name)
     pace = max(shape_.pipeline_sd, pipeline_sd(probe))
     share = pipeline_share(base["compute_seconds"], base["loader_seconds"], pace)
-    e = math.hypot(shape_.sd, share * pace)
+    e = math.sqrt(shape_.sd**2 + shape_.model_sd(basis) ** 2 + (share * pace) ** 2)
     value = base["epoch_seconds"] * c
     return {
         "epoch_seconds": value,
@@ -296,13 +307,14 @@ def probe_alone(probe: dict, facts: cm.ModelFacts, images: int = 50_000, batch_s
     return p
 
 
-def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) -> list[dict]:
+def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts], unseen: bool = False) -> list[dict]:
     """Each lease's measured `paper` epochs and speedups predicted from its own probes and the other leases'
     records only, as the predict stage would predict that lease: by transfer where the other leases' probes of the
     device were made the same way (compatible) and measured enough models (enough), else from its probe alone. A
-    lease whose probe no other lease's matches is left out (no lease of that kind to check against). Rows: lease,
-    model, device (cpu, cuda, speedup), predicted, low, high, measured, error_percent, inside (the measured value
-    within the band), shape (model|device|probe), calibration leases."""
+    lease whose probe no other lease's matches is left out (no lease of that kind to check against). unseen: each
+    model is also left out of the other leases' records, as a model no lease measured (a user's own) is predicted.
+    Rows: lease, model, device (cpu, cuda, speedup), predicted, low, high, measured, error_percent, inside (the
+    measured value within the band), shape (model|device|probe), calibration leases, unseen."""
     rows = []
     for target in leases:
         others = [lease for lease in leases if lease.name != target.name]
@@ -311,6 +323,8 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
             if o.model not in facts or o.device not in target.probes:
                 continue
             calibration = compatible(target, others, o.device)
+            if unseen:
+                calibration = [without(lease, o.model) for lease in calibration]
             if not calibration:
                 continue
             batch = math.ceil(o.images / o.steps)
@@ -334,6 +348,7 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
                     o.epoch_seconds,
                     got["shape"],
                     calibration,
+                    unseen,
                 )
             )
         for model, devices in sorted(per_model.items()):
@@ -343,11 +358,17 @@ def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts]) ->
                 measured = devices["cpu"]["measured"] / devices[gpu]["measured"]
                 shapes = {devices["cpu"]["shape"], devices[gpu]["shape"]}
                 basis = "model" if shapes == {"model"} else "probe" if "probe" in shapes else "device"
-                rows.append(_row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured, basis, others))
+                row = _row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured, basis, others, unseen)
+                rows.append(row)
     return rows
 
 
-def _row(target: Lease, model, device, predicted, low, high, measured, basis, calibration) -> dict:
+def without(lease: Lease, model: str) -> Lease:
+    """The lease as if it had never measured `model`."""
+    return replace(lease, observations=[o for o in lease.observations if o.model != model])
+
+
+def _row(target: Lease, model, device, predicted, low, high, measured, basis, calibration, unseen=False) -> dict:
     return {
         "lease": target.name,
         "model": model,
@@ -361,24 +382,30 @@ def _row(target: Lease, model, device, predicted, low, high, measured, basis, ca
         "shape": basis,
         "calibration": ",".join(Path(lease.name).name for lease in calibration),
         "probed_as_today": target.probed_as_today(),
+        "unseen": unseen,
     }
 
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Per device (cpu, cuda, speedup) and per lease, all leases and (where some leases' probes were made before a
     fix and some not) the leases probed as today: models, median and worst absolute error, the worst model, and
-    how often the measured value fell inside the band."""
+    how often the measured value fell inside the band. Rows of unseen models (leave_one_lease_out(unseen=True))
+    make the same two pooled groups, named with UNSEEN, and no per-lease ones."""
     out = []
     groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["device"], ALL_LEASES), []).append(r)
-        groups.setdefault((r["device"], r["lease"]), []).append(r)
-    today = [r for r in rows if r.get("probed_as_today")]
-    if today and len(today) < len(rows):
-        for r in today:
-            groups.setdefault((r["device"], PROBED_AS_TODAY), []).append(r)
-    order = {ALL_LEASES: 0, PROBED_AS_TODAY: 1}
-    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 2), kv[0][1])):
+    for unseen in (False, True):
+        some = [r for r in rows if bool(r.get("unseen")) == unseen]
+        tag = UNSEEN if unseen else ""
+        for r in some:
+            groups.setdefault((r["device"], ALL_LEASES + tag), []).append(r)
+            if not unseen:
+                groups.setdefault((r["device"], r["lease"]), []).append(r)
+        today = [r for r in some if r.get("probed_as_today")]
+        if today and len(today) < len(some):
+            for r in today:
+                groups.setdefault((r["device"], PROBED_AS_TODAY + tag), []).append(r)
+    order = {ALL_LEASES: 0, PROBED_AS_TODAY: 1, ALL_LEASES + UNSEEN: 2, PROBED_AS_TODAY + UNSEEN: 3}
+    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 4), kv[0][1])):
         errors = [abs(r["error_percent"]) for r in rs]
         worst = max(rs, key=lambda r: abs(r["error_percent"]))
         out.append(

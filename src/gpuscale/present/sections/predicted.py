@@ -35,7 +35,9 @@ folders ship.</p>{% endif %}
 <p>A machine lease has its own pace, so each lease is predicted from its own probes, with the other leases' records
 setting only each model's shape (docs/prediction.md): the check a new user's machine faces.{% if
 prediction.transfer_today %} Rows "probed as today" pool the leases whose probes were made as the tool makes them
-now; the others' probes predate a fix.{% endif %}</p>
+now; the others' probes predate a fix.{% endif %}{% if prediction.transfer_unseen %} Rows "(the model unmeasured
+too)" leave each model out of every other lease's records as well: how a model no lease has measured, such as your
+own, is predicted on a new lease.{% endif %}</p>
 {{ data_table(prediction.transfer, pin_first=True) }}{% endif %}
 {% if prediction.verdicts.targets %}<h3>How good are the predictions?</h3>
 {% for v in prediction.verdicts.targets %}<p>{{ v }}</p>{% endfor %}
@@ -380,6 +382,7 @@ def prediction_section(pred: dict | None, runs: pl.DataFrame | None = None) -> d
         "host": predicted_host_table(pred, runs),
         "transfer": transfer_table(pred),
         "transfer_today": any(r["lease"] == transfer.PROBED_AS_TODAY for r in pred.get("transfer_summary") or []),
+        "transfer_unseen": any(r["lease"].endswith(transfer.UNSEEN) for r in pred.get("transfer_summary") or []),
         "summary": validation_summary_table(pred),
         "speedup_checks": speedup_checks_table(pred),
         "verdicts": validation_verdicts(pred),
