@@ -4,14 +4,14 @@ lease, where that dispatch sets a GPU step. Not adopted; docs/prediction.md says
     python benchmarks/launch_band.py [--separately] [FOLDER ...]
         (default: reference/h200-2026-12-04 reference/h100-2026-12-05, pooled and each alone)
 
-The band today is exp(±Z e), e = sqrt(shape_sd² + (share * pace_sd)²) (gpuscale.predict.transfer). The what-if adds
-((1 - share) * dispatch * launch_sd)²: launch_sd, the pooled within-lease sd of the log of the calibration leases'
-sentinel gpu_launch (before and after every job); dispatch, the chance that the host's part of a GPU step (the fixed
-step and each dispatched op) is slower than the device's (each kind's FLOPs at its marginal price) when the host's
-pace moves by launch_sd (transfer.pipeline_share, the same arithmetic as the input pipeline against the compute); 0 on
-a CPU and where a layer table prices the model. Prints, for each group of leases held out one at a time, each
-device's and the speedup's share inside the band and its median half-width (x high/predicted), without and with the
-term. The predictions themselves do not move: only the bands.
+The band today is exp(±Z e), e = sqrt(shape_sd² + model_sd² + (share * pace_sd)²) (gpuscale.predict.transfer). The
+what-if adds ((1 - share) * dispatch * launch_sd)²: launch_sd, the pooled within-lease sd of the log of the calibration
+leases' sentinel gpu_launch (before and after every job); dispatch, the chance that the host's part of a GPU step (the
+fixed step and each dispatched op) is slower than the device's (each kind's FLOPs at its marginal price) when the host's
+pace moves by launch_sd (transfer.pipeline_share, the same arithmetic as the input pipeline against the compute); 0 on a
+CPU and where a layer table prices the model. Prints, for each group of leases held out one at a time, each device's and
+the speedup's share inside the band and its median half-width (x high/predicted), without and with the term. The
+predictions themselves do not move: only the bands.
 """
 
 from __future__ import annotations
