@@ -1,0 +1,59 @@
+"""The GPU epochs the host's dispatch sets, against the probe's price of it (issue 27): over the leases probed as
+the tool probes today (transfer.Lease.probed_as_today), each GPU `paper` epoch whose probe-alone dispatch cost
+(costmodel.host_and_device_seconds: the fixed step plus ops_per_step x op_seconds) exceeds both the device's FLOPs
+and the loader by a fifth, as measured / that dispatch cost; per model the geometric mean, with its ops per step,
+parameterised layers and layers per op (the probe's stack: costmodel.STACK_LAYERS / STACK_OPS).
+
+    python benchmarks/dispatch_bound.py [FOLDER ...]
+        (default: reference/h200-2026-12-04 reference/h100-2026-12-05)
+
+Torch-free (the stored probes and the shipped model facts).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from gpuscale.predict import costmodel as cm
+from gpuscale.predict import prediction as predict
+from gpuscale.predict import transfer
+
+DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
+MARGIN = 1.2  # dispatch-bound: the dispatch cost over both the device's part and the loader by this factor
+
+
+def main(argv: list[str]) -> int:
+    folders = argv or DEFAULT
+    facts = cm.load_facts()
+    ratios: dict[str, list[tuple[str, float]]] = {}
+    for folder in folders:
+        for lease in transfer.leases_of(folder, predict.load_records, predict.load_probes):
+            if not lease.probed_as_today() or "cuda" not in lease.probes:
+                continue
+            cal = cm.from_probe(lease.probes["cuda"])
+            for o in lease.observations:
+                if o.device != "cuda" or o.model not in facts or not facts[o.model].ops_per_step:
+                    continue
+                host, device = cm.host_and_device_seconds(cal, facts[o.model], o.images, o.steps)
+                loader = o.images * (cal.loader_seconds_per_image or 0.0)
+                if host > MARGIN * max(device, loader):
+                    ratios.setdefault(o.model, []).append((Path(lease.name).name, o.epoch_seconds / host))
+    print(f"the probe's stack: {cm.STACK_LAYERS / cm.STACK_OPS:.2f} layers per op")
+    print("| model | leases | measured / dispatch cost (each lease) | ops per step | layers | layers per op |")
+    print("|---|---|---|---|---|---|")
+    for model, got in sorted(ratios.items(), key=lambda kv: statistics.fmean(math.log(r) for _, r in kv[1])):
+        f = facts[model]
+        mean = math.exp(statistics.fmean(math.log(r) for _, r in got))
+        each = ", ".join(f"{r:.2f}" for _, r in got)
+        print(
+            f"| {model} | {len(got)} | {mean:.2f} ({each}) | {f.ops_per_step} | {f.layers} | "
+            f"{f.layers / f.ops_per_step:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
