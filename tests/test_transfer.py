@@ -332,21 +332,27 @@ def one_off_host(tmp_path, monkeypatch) -> tuple[Path, Path]:
     return repo_params, probes
 
 
+def one_off_argv(tmp_path, repo_params: Path, model: str, devices: str, reference: str = "") -> list[str]:
+    """`gpuscale predict --model MODEL` on this repo's params and an overlay naming the study's devices and the
+    reference folders (none by default), with the probes folder of one_off_host."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        f"report: {{reference: [{reference}]}}\npredict: {{validate_on: []}}\nstudy: {{devices: [{devices}]}}\n"
+    )
+    return ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", model, "--probes", "probes"]
+
+
 def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_lease(tmp_path, monkeypatch, capsys):
     three_leases(tmp_path, monkeypatch)
     repo_params, probes = one_off_host(tmp_path, monkeypatch)
     for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
         (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(
-        "report: {reference: [reference/paired]}\npredict: {validate_on: []}\nstudy: {devices: [cpu, cuda]}\n"
-    )
+    argv = one_off_argv(tmp_path, repo_params, "large", "cpu, cuda", reference="reference/paired")
     import subprocess
 
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed although this lease's probes exist"))
     from gpuscale import cli
 
-    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "large", "--probes", "probes"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "large, predicted for this host (lease thisleas)" in out
@@ -373,10 +379,7 @@ def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkey
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(subprocess, "run", fake_probe)
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("report: {reference: []}\npredict: {validate_on: []}\nstudy: {devices: [cpu, cuda]}\n")
-    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "small", "--probes", "probes"]
-    assert cli.main(argv) == 0
+    assert cli.main(one_off_argv(tmp_path, repo_params, "small", "cpu, cuda")) == 0
     assert sorted(c[c.index("--device") + 1] for c in ran) == ["cpu", "cuda"]  # the stale cpu probe is redone
     assert all(c[1:4] == ["-m", "gpuscale", "probe"] for c in ran)
     out = capsys.readouterr().out
@@ -405,9 +408,7 @@ def test_the_one_off_probes_the_cpu_again_where_its_layer_table_lacks_the_model(
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(subprocess, "run", fake_probe)
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("report: {reference: []}\npredict: {validate_on: []}\nstudy: {devices: [cpu]}\n")
-    argv = ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", "small", "--probes", "probes"]
+    argv = one_off_argv(tmp_path, repo_params, "small", "cpu")
     assert cli.main(argv) == 0
     assert len(ran) == 1 and ran[0][ran[0].index("--device") + 1] == "cpu"
     assert ran[0][ran[0].index("--model") + 1] == "small"
