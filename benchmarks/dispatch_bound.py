@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
                 if o.device != "cuda" or o.model not in facts or not facts[o.model].ops_per_step:
                     continue
                 host, device = cm.host_and_device_seconds(cal, facts[o.model], o.images, o.steps)
-                loader = o.images * (cal.loader_seconds_per_image or 0.0)
+                batch = math.ceil(o.images / o.steps)
+                loader = cm.predict_epoch(cal, facts[o.model], o.images, batch)["loader_seconds"]
                 if host > MARGIN * max(device, loader):
                     ratios.setdefault(o.model, []).append((Path(lease.name).name, o.epoch_seconds / host))
     print(f"the probe's stack: {cm.STACK_LAYERS / cm.STACK_OPS:.2f} layers per op")
