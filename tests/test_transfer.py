@@ -476,3 +476,82 @@ def test_the_leases_probed_as_the_tool_probes_today_are_told_apart_and_summarise
     # where every lease (or none) is probed as today, the row would repeat another: none
     for same in ([row("new", 10.0, True)], [row("old", 10.0, False)]):
         assert transfer.PROBED_AS_TODAY not in {s["lease"] for s in transfer.summarize(same)}
+
+
+def structured(xs: dict[str, float]) -> dict[str, cm.ModelFacts]:
+    """Models with 100 layers and 100 / x dispatched ops each: layers per op x."""
+    return {
+        m: cm.ModelFacts(m, 1_000, 1e9, {"conv": 1e9}, layers=100, ops_per_step=round(100 / x)) for m, x in xs.items()
+    }
+
+
+def line_leases(facts, log_ratio, noise=(1.0, 1.1, 0.9)) -> list[transfer.Lease]:
+    """Three leases measuring every model at exp(log_ratio(x)) times its probe's prediction, times the lease's noise."""
+    leases = []
+    for i, n in enumerate(noise):
+        probe = lease_probe("cuda", 1e12, lease=str(i))
+        obs = [
+            observation(m, "cuda", n * math.exp(log_ratio(transfer.layers_per_op(f))) * base_of(probe, f))
+            for m, f in facts.items()
+        ]
+        leases.append(transfer.Lease(str(i), {"cuda": probe}, obs))
+    return leases
+
+
+def base_of(probe, facts):
+    return transfer.base_epoch(probe, facts, 1000, 100)["epoch_seconds"]
+
+
+def test_a_model_no_lease_measured_is_priced_by_the_line_of_the_models_ratios_against_their_layers_per_op():
+    """Where the measured models' ratios follow their layers per op (a model of many non-layer ops, a ViT or a
+    DenseNet, runs below what a probe's conv-norm-ReLU stack prices per op), an unseen model takes the line's value at
+    its own layers per op, not the median, and its band adds the line's own uncertainty there."""
+    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    facts = structured({**xs, "new": 0.06, "far": 0.40})
+    measured = {m: facts[m] for m in xs}
+    off = {0.05: 0.02, 0.07: -0.02, 0.09: 0.02, 0.11: -0.02, 0.13: 0.02, 0.15: -0.02}  # each model a little off it
+    leases = line_leases(measured, lambda x: 4.0 * (x - 0.10) + off[round(x, 2)])
+    shape = transfer.shape(leases, measured, "cuda")
+    line = shape.line
+    assert line is not None and line.count == 6 and line.slope == pytest.approx(4.0, rel=0.1)
+    assert line.intercept == pytest.approx(-0.4, abs=0.04)
+    assert 0 < line.residual < 0.05 and line.tau == 0.0  # the models' spread about it: less than a lease's noise
+    target = lease_probe("cuda", 1e12, lease="T")
+    new = transfer.predict(target, shape, facts["new"], 1000, 100)
+    assert new["shape"] == "device" and new["correction"] == pytest.approx(math.exp(4.0 * (0.06 - 0.10)), rel=0.05)
+    _, se = line.at(transfer.layers_per_op(facts["new"]))
+    assert new["log_error"] == pytest.approx(math.sqrt(shape.sd**2 + se**2))
+    # the median of the measured models' ratios (exp(0)) is farther from its ratio than the line at its structure
+    assert abs(math.log(new["correction"]) - 4.0 * (0.06 - 0.10)) < abs(shape.centre() - 4.0 * (0.06 - 0.10))
+    # a structure far from every measured model's: the line held half the measured range past its end, the band wider
+    far = transfer.predict(target, shape, facts["far"], 1000, 100)
+    held = line.high + (line.high - line.low) / 2  # 0.15 + 0.05, up to the rounding of the op counts
+    assert math.log(far["correction"]) == pytest.approx(line.intercept + line.slope * held)
+    assert far["log_error"] > new["log_error"] and line.at(0.40)[1] > se
+    # a measured model is shrunk towards the line at its own x, not towards the median
+    c, basis = shape.correction("a", 0.05)
+    assert basis == "model" and math.log(c) == pytest.approx(line.at(0.05)[0])  # tau 0: all of it the line's
+
+
+def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_tell():
+    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    facts = structured(xs)
+    zigzag = {0.05: 0.3, 0.07: -0.3, 0.09: 0.3, 0.11: -0.3, 0.13: 0.3, 0.15: -0.3}  # differ, but not by x
+    shape = transfer.shape(line_leases(facts, lambda x: zigzag[round(x, 2)]), facts, "cuda")
+    assert shape.line is None and shape.tau > 0.2
+    assert transfer.MIN_LINE_MODELS == 5
+    four = {m: facts[m] for m in "abcd"}  # an exact line through four models is still four models' quirk
+    assert transfer.shape(line_leases(four, lambda x: 4.0 * x), four, "cuda").line is None
+    # models whose facts lack the op count (no layers per op) neither make a line nor are priced by one
+    assert transfer.layers_per_op(FACTS["small"]) is None
+    assert transfer.shape(line_leases(FOUR, lambda x: 0.0), FOUR, "cuda").line is None
+
+
+def test_leave_one_lease_out_prices_an_unseen_model_by_the_line_through_the_other_models():
+    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    facts = structured(xs)
+    leases = line_leases(facts, lambda x: 4.0 * (x - 0.10), noise=(1.0, 1.0, 1.0))
+    rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
+    assert len(rows) == 3 * 6 and all(r["shape"] == "device" for r in rows)
+    # every model lies on the line the other five draw: each is predicted exactly, the ends by extrapolation
+    assert all(abs(r["error_percent"]) < 1e-6 and r["inside"] for r in rows)

@@ -52,6 +52,9 @@ MIN_SHAPE_SD = 0.05  # a band never narrower than ±8%: two leases agreeing clos
 # centre is one or two models' quirks (lease H's one model set every CPU ratio of lease G, 2026-12-06), and the
 # probe alone does better.
 MIN_CALIBRATION_MODELS = 3
+# A line of the ratios against the models' structure (fit_line) needs this many models: a slope through fewer is
+# their quirk
+MIN_LINE_MODELS = 5
 # the summary's groups beside each lease: every lease, and the leases whose probes the tool would make the same way now
 ALL_LEASES = "all leases"
 PROBED_AS_TODAY = "probed as today"
@@ -149,10 +152,49 @@ def ratios(lease: Lease, facts: dict[str, cm.ModelFacts], device: str) -> dict[s
     return out
 
 
+def layers_per_op(facts: cm.ModelFacts) -> float | None:
+    """The model's convolution, linear and attention layers per computing op dispatched in a training step (None
+    where its facts lack either count): how far its ops are the layers a probe's conv-norm-ReLU stack prices, and not
+    concatenations, attention's matmuls, elementwise and normalisation ops that cost a device otherwise."""
+    if not facts.layers or not facts.ops_per_step:
+        return None
+    return facts.layers / facts.ops_per_step
+
+
+@dataclass(frozen=True)
+class Line:
+    """The calibration models' mean log ratios on one device, least-squares against their layers per op: the
+    device's centre for a model of that structure. tau: the models' spread about the line beyond a lease's noise;
+    residual: the spread of their mean log ratios about it (the line's own uncertainty at x is residual *
+    sqrt(1/count + (x - x_mean)² / sxx), which widens a model's band the farther x lies from the measured models');
+    the line is followed up to half the measured range [low, high] beyond either end, and held flat past that: a
+    model's structure far from every measured one's is no place to trust a slope."""
+
+    intercept: float
+    slope: float
+    x_mean: float
+    sxx: float
+    count: int
+    low: float
+    high: float
+    residual: float
+    tau: float
+
+    def at(self, x: float) -> tuple[float, float]:
+        """The line's log ratio at x (held within half the measured range beyond its ends) and its standard error
+        at x."""
+        reach = (self.high - self.low) / 2
+        held = min(max(x, self.low - reach), self.high + reach)
+        se = self.residual * math.sqrt(1.0 / self.count + (x - self.x_mean) ** 2 / self.sxx)
+        return self.intercept + self.slope * held, se
+
+
 @dataclass
 class Shape:
     """What the calibration leases say of one device: per model its ratios, the spread of one lease's ratio about
-    the model's own (sd), and how much models truly differ (tau, the between-model sd net of that noise)."""
+    the model's own (sd), and how much models truly differ (tau, the between-model sd net of that noise); line,
+    where their ratios follow the models' layers per op closer than their median does (fit_line), the centre by
+    structure."""
 
     device: str
     leases: tuple[str, ...]
@@ -160,31 +202,69 @@ class Shape:
     sd: float
     tau: float = 0.0
     pipeline_sd: float = 0.0  # the input pipeline's pace within a lease (log sd, pooled over the leases' sentinels)
+    line: Line | None = None
 
     def centre(self) -> float:
         """The device's typical log ratio: the median over models of each model's mean log ratio."""
         means = [statistics.fmean(math.log(r) for r in rs) for rs in self.by_model.values() if rs]
         return statistics.median(means) if means else 0.0
 
-    def model_sd(self, basis: str) -> float:
-        """How far this lease's model may stray from its correction beyond the lease-to-lease spread: tau, how much
-        models differ, for a model no lease measured (the device's centre says nothing of it); 0 otherwise (its own
-        ratios carry it, shrunk by the same tau)."""
-        return self.tau if basis == "device" else 0.0
+    def _target(self, x: float | None) -> tuple[float, float, float]:
+        """Where a model of layers per op x is shrunk to: its log ratio, that value's standard error and the
+        models' spread about it (tau): the line at x where there is one and x is known, else the centre."""
+        if self.line is not None and x is not None:
+            value, se = self.line.at(x)
+            return value, se, self.line.tau
+        return self.centre(), 0.0, self.tau
 
-    def correction(self, model: str) -> tuple[float, str]:
-        """exp of the model's mean log ratio shrunk towards the device's centre by w = tau² / (tau² + sd² / n),
-        n the leases that measured it (empirical Bayes: one lease's ratio carries that lease's noise); the
-        centre alone for a model no lease measured."""
+    def model_sd(self, basis: str, x: float | None = None) -> float:
+        """How far this lease's model may stray from its correction beyond the lease-to-lease spread: for a model
+        no lease measured (its correction knows nothing of its own shape), the models' spread about its target
+        (tau) and the line's own uncertainty at x; 0 otherwise (its own ratios carry it, shrunk by the same tau)."""
+        if basis != "device":
+            return 0.0
+        _, se, tau = self._target(x)
+        return math.hypot(tau, se)
+
+    def correction(self, model: str, x: float | None = None) -> tuple[float, str]:
+        """exp of the model's mean log ratio shrunk towards its target (the line at its layers per op x, else the
+        device's centre) by w = tau² / (tau² + sd² / n), n the leases that measured it (empirical Bayes: one
+        lease's ratio carries that lease's noise); the target alone for a model no lease measured."""
         logs = [math.log(r) for r in self.by_model.get(model, [])]
         if not self.by_model:
             return 1.0, "none"
-        centre = self.centre()
+        target, _, tau = self._target(x)
         if not logs:
-            return math.exp(centre), "device"
+            return math.exp(target), "device"
         noise = self.sd**2 / len(logs)
-        weight = self.tau**2 / (self.tau**2 + noise) if self.tau > 0 else 0.0
-        return math.exp(weight * statistics.fmean(logs) + (1.0 - weight) * centre), "model"
+        weight = tau**2 / (tau**2 + noise) if tau > 0 else 0.0
+        return math.exp(weight * statistics.fmean(logs) + (1.0 - weight) * target), "model"
+
+
+def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts], sd: float) -> Line | None:
+    """The least-squares line of the models' mean log ratios (model -> (mean, leases)) against their layers per op,
+    where MIN_LINE_MODELS models have both and the line leaves less spread per degree of freedom than their mean
+    does (adjusted R² above 0: a slope the noise could draw is no shape); else None. tau: the residual spread per
+    degree of freedom net of a lease's noise, as shape() nets the between-model spread."""
+    points = [(x, m, n) for model, (m, n) in means.items() if (x := _x(facts, model)) is not None]
+    if len(points) < MIN_LINE_MODELS:
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    k, x_mean, y_mean = len(points), statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = y_mean - slope * x_mean
+    left = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)
+    if left >= statistics.variance(ys):
+        return None
+    tau = math.sqrt(max(left - sd**2 * statistics.fmean(1.0 / p[2] for p in points), 0.0))
+    return Line(intercept, slope, x_mean, sxx, k, min(xs), max(xs), math.sqrt(left), tau)
+
+
+def _x(facts: dict[str, cm.ModelFacts], model: str) -> float | None:
+    return layers_per_op(facts[model]) if model in facts else None
 
 
 def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str) -> Shape:
@@ -218,7 +298,9 @@ def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str
     if len(means) >= 3:
         between = statistics.pvariance([m for m, _ in means])
         tau = math.sqrt(max(between - sd**2 * statistics.fmean(1.0 / n for _, n in means), 0.0))
-    return Shape(device, tuple(used), by_model, sd, tau, _pooled_sd([lease.pipeline_logs for lease in calibration]))
+    pace = _pooled_sd([lease.pipeline_logs for lease in calibration])
+    named = {model: (statistics.fmean(math.log(r) for r in rs), len(rs)) for model, rs in by_model.items() if rs}
+    return Shape(device, tuple(used), by_model, sd, tau, pace, fit_line(named, facts, sd))
 
 
 def _pooled_sd(groups: list[list[float]]) -> float:
@@ -258,10 +340,11 @@ def pipeline_share(compute: float, loader: float, sd: float) -> float:
 def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_000, batch_size: int = 128) -> dict:
     """One model's epoch on the probe's device, in the probe's lease: the probe's level times the leases' shape."""
     base = base_epoch(probe, facts, images, batch_size)
-    c, basis = shape_.correction(facts.name)
+    x = layers_per_op(facts)
+    c, basis = shape_.correction(facts.name, x)
     pace = max(shape_.pipeline_sd, pipeline_sd(probe))
     share = pipeline_share(base["compute_seconds"], base["loader_seconds"], pace)
-    e = math.sqrt(shape_.sd**2 + shape_.model_sd(basis) ** 2 + (share * pace) ** 2)
+    e = math.sqrt(shape_.sd**2 + shape_.model_sd(basis, x) ** 2 + (share * pace) ** 2)
     value = base["epoch_seconds"] * c
     return {
         "epoch_seconds": value,
