@@ -539,6 +539,13 @@ def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_
     zigzag = {0.05: 0.3, 0.07: -0.3, 0.09: 0.3, 0.11: -0.3, 0.13: 0.3, 0.15: -0.3}  # differ, but not by x
     shape = transfer.shape(line_leases(facts, lambda x: zigzag[round(x, 2)]), facts, "cuda")
     assert shape.line is None and shape.tau > 0.2
+    # a slope the models' scatter could draw: 1.5 standard errors from 0, under MIN_LINE_T; 3.7 of them: a line
+    scatter = {0.05: 0.1, 0.07: -0.1, 0.09: 0.1, 0.11: -0.1, 0.13: 0.1, 0.15: -0.1}
+    assert transfer.MIN_LINE_T == 2.0
+    weak = transfer.shape(line_leases(facts, lambda x: 3.0 * x + scatter[round(x, 2)]), facts, "cuda")
+    assert weak.line is None
+    steep = transfer.shape(line_leases(facts, lambda x: 6.0 * x + scatter[round(x, 2)]), facts, "cuda")
+    assert steep.line is not None and steep.line.slope == pytest.approx(5.14, abs=0.05)
     assert transfer.MIN_LINE_MODELS == 5
     four = {m: facts[m] for m in "abcd"}  # an exact line through four models is still four models' quirk
     assert transfer.shape(line_leases(four, lambda x: 4.0 * x), four, "cuda").line is None
