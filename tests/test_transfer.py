@@ -519,6 +519,7 @@ def test_a_model_no_lease_measured_is_priced_by_the_line_of_the_models_ratios_ag
     target = lease_probe("cuda", 1e12, lease="T")
     new = transfer.predict(target, shape, facts["new"], 1000, 100)
     assert new["shape"] == "device" and new["correction"] == pytest.approx(math.exp(4.0 * (0.06 - 0.10)), rel=0.05)
+    assert new["target"] == "layers per op"
     _, se = line.at(transfer.layers_per_op(facts["new"]))
     assert new["log_error"] == pytest.approx(math.sqrt(shape.sd**2 + se**2))
     # the median of the measured models' ratios (exp(0)) is farther from its ratio than the line at its structure
@@ -539,6 +540,8 @@ def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_
     zigzag = {0.05: 0.3, 0.07: -0.3, 0.09: 0.3, 0.11: -0.3, 0.13: 0.3, 0.15: -0.3}  # differ, but not by x
     shape = transfer.shape(line_leases(facts, lambda x: zigzag[round(x, 2)]), facts, "cuda")
     assert shape.line is None and shape.tau > 0.2
+    target = lease_probe("cuda", 1e12, lease="T")
+    assert transfer.predict(target, shape, facts["a"], 1000, 100)["target"] == "median"
     # a slope the models' scatter could draw: 1.5 standard errors from 0, under MIN_LINE_T; 3.7 of them: a line
     scatter = {0.05: 0.1, 0.07: -0.1, 0.09: 0.1, 0.11: -0.1, 0.13: 0.1, 0.15: -0.1}
     assert transfer.MIN_LINE_T == 2.0

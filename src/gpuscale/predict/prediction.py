@@ -191,7 +191,8 @@ def _device_prediction(f, cal, shape, probe, images: int, batch_size: int) -> tu
     (predict/transfer.py), else from the probe alone with the calibration's nominal error."""
     if shape is not None:
         p = transfer.predict(probe, shape, f, images, batch_size)
-        return p, f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']})"
+        by = ", by layers per op" if p["target"] == "layers per op" else ""  # the line the shape follows (transfer)
+        return p, f"this lease's probe x the shape of {len(shape.leases)} leases ({p['shape']}{by})"
     return transfer.probe_alone(probe, f, images, batch_size), cal.source  # as leave-one-lease-out prices it
 
 

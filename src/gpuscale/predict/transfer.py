@@ -9,25 +9,28 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
 
     base_T(m, d)  = costmodel.predict_epoch(from_probe(probe_T[d]), m)
     ratio_L(m, d) = measured_L(m, d) / base_L(m, d)                  for every other lease L with a probe of d
-    c(m, d)       = exp(w * mean log ratio_L(m, d) + (1 - w) * centre_d)   where leases measured m on d,
-                    exp(centre_d) where none did                    (`shape: model` / `shape: device`)
-    centre_d      = the median over models of their mean log ratio on d
+    c(m, d)       = exp(w * mean log ratio_L(m, d) + (1 - w) * target_d(m))   where leases measured m on d,
+                    exp(target_d(m)) where none did                  (`shape: model` / `shape: device`)
+    target_d(m)   = a + b * x_m where the models' mean log ratios on d follow their layers per op x (a least-squares
+                    line through 5 or more models, its slope 2 standard errors from 0 or more: fit_line), else
+                    centre_d, the median over models of their mean log ratio on d
     w             = tau² / (tau² + sd² / n): n leases measured m; sd the lease-to-lease spread of a ratio,
-                    tau how much models truly differ beyond it (empirical Bayes shrinkage: one lease's
-                    ratio carries that lease's noise, so it moves the model only as far as models differ)
+                    tau how much models truly differ beyond it (about the line where there is one; empirical Bayes
+                    shrinkage: one lease's ratio carries that lease's noise, so it moves the model only as far as
+                    models differ)
     predicted     = base_T(m, d) * c(m, d)
 
 The band is exp(±Z * e) with e = sqrt(shape_sd² + model_sd² + (share * pace_sd)²): shape_sd, how far one lease's
 ratio for a model strays from the other leases' (pooled over models measured in two or more leases; the ratios' own
-spread where none is); model_sd, tau for a model no lease measured (the device's centre knows nothing of its own
-shape: a user's model), 0 for one they did; pace_sd, how far the host's input pipeline moves within one lease (the
-larger of the pooled within-lease sd of the calibration leases' sentinel pipeline rates, taken before and after every
-job, and half the log of the spread of this probe's loader passes): within one lease the host's pipeline moves from
-minute to minute, the GPU does not; share, the chance that the pipeline is the slower stage under that movement
-(pipeline_share). A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the log errors normal.
-Where the leases whose probes were made the same way measured fewer than MIN_CALIBRATION_MODELS models on the device,
-there is no shape: the probe alone predicts, with its nominal band (probe_alone), in the predict stage and
-leave-one-lease-out alike.
+spread where none is); model_sd, for a model no lease measured (its target knows nothing of its own shape: a user's
+model), tau and the line's standard error at its x in quadrature, 0 for one they did; pace_sd, how far the host's
+input pipeline moves within one lease (the larger of the pooled within-lease sd of the calibration leases' sentinel
+pipeline rates, taken before and after every job, and half the log of the spread of this probe's loader passes):
+within one lease the host's pipeline moves from minute to minute, the GPU does not; share, the chance that the
+pipeline is the slower stage under that movement (pipeline_share). A speedup's band combines its two epochs' e.
+Z = 1.645: a 90% band were the log errors normal. Where the leases whose probes were made the same way measured
+fewer than MIN_CALIBRATION_MODELS models on the device, there is no shape: the probe alone predicts, with its
+nominal band (probe_alone), in the predict stage and leave-one-lease-out alike.
 
 Torch-free (numpy through costmodel).
 """
@@ -359,6 +362,7 @@ def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_0
         "base_seconds": base["epoch_seconds"],
         "correction": c,
         "shape": basis,
+        "target": "layers per op" if shape_.line is not None and x is not None else "median",
         "bound": base["bound"],
         "pipeline_share": share,
     }
