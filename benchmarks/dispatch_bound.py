@@ -2,7 +2,8 @@
 the tool probes today (transfer.Lease.probed_as_today), each GPU `paper` epoch whose probe-alone dispatch cost
 (costmodel.host_and_device_seconds: the fixed step plus ops_per_step x op_seconds) exceeds both the device's FLOPs
 and the loader by a fifth, as measured / that dispatch cost; per model the geometric mean, with its ops per step,
-parameterised layers and layers per op (the probe's stack: costmodel.STACK_LAYERS / STACK_OPS).
+parameterised layers and layers per op (the probe's stack counted as the facts count layers: its blocks'
+convolutions, half of costmodel.STACK_LAYERS, which counts the batch norms too, over STACK_OPS).
 
     python benchmarks/dispatch_bound.py [FOLDER ...]
         (default: reference/h200-2026-12-04 reference/h100-2026-12-05)
@@ -42,7 +43,9 @@ def main(argv: list[str]) -> int:
                 loader = cm.predict_epoch(cal, facts[o.model], o.images, batch)["loader_seconds"]
                 if host > MARGIN * max(device, loader):
                     ratios.setdefault(o.model, []).append((Path(lease.name).name, o.epoch_seconds / host))
-    print(f"the probe's stack: {cm.STACK_LAYERS / cm.STACK_OPS:.2f} layers per op")
+    # the facts count convolution, linear and attention layers (nets.layer_count); STACK_LAYERS counts each block's
+    # batch norm as well, so the stack's blocks hold STACK_LAYERS / 2 layers as the facts count them
+    print(f"the probe's stack: {cm.STACK_LAYERS / 2 / cm.STACK_OPS:.2f} layers per op, counted as the facts count")
     print("| model | leases | measured / dispatch cost (each lease) | ops per step | layers | layers per op |")
     print("|---|---|---|---|---|---|")
     for model, got in sorted(ratios.items(), key=lambda kv: statistics.fmean(math.log(r) for _, r in kv[1])):
