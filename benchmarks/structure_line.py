@@ -1,8 +1,8 @@
 """What the line of a device's ratios against the models' layers per op buys (gpuscale.predict.transfer.fit_line),
 checked where it could be chance: leave-one-lease-out on each card's leases against its own, the models measured
 elsewhere and as no lease measured them, with the line, without it (every model shrunk to the device's median),
-with a weaker gate on the slope (t >= 1 for transfer.MIN_LINE_T), and with each model's layers per op dealt to
-another model at random (a control: a structure that says nothing of the model must not do as well).
+with weaker gates on the slope (t >= 2 and t >= 1 for the t test's quantile), and with each model's layers per op
+dealt to another model at random (a control: a structure that says nothing of the model must not do as well).
 
     python benchmarks/structure_line.py [--shuffles N] [FOLDER ...]
         (default: reference/h200-2026-12-04 reference/h100-2026-12-05, 30 shuffles)
@@ -46,10 +46,13 @@ def main(argv: list[str]) -> int:
     facts = cm.load_facts()
     groups = [transfer.leases_of(f, predict.load_records, predict.load_probes) for f in folders]
     structure, fit = transfer.layers_per_op, transfer.fit_line
-    ways = {f"the line (today: t >= {transfer.MIN_LINE_T:g})": table(groups, facts)}
-    gate, transfer.MIN_LINE_T = transfer.MIN_LINE_T, 1.0
-    ways["a weaker gate: t >= 1 (adjusted R² > 0)"] = table(groups, facts)
-    transfer.MIN_LINE_T = gate
+    level = transfer.LINE_TEST_LEVEL
+    ways = {f"the line (today: a two-sided t test at {level:g})": table(groups, facts)}
+    quantile = transfer.t_quantile
+    for gate, name in ((2.0, "t >= 2"), (1.0, "t >= 1 (adjusted R² > 0)")):
+        transfer.t_quantile = lambda p, freedom, gate=gate: gate
+        ways[f"a weaker gate: {name}"] = table(groups, facts)
+    transfer.t_quantile = quantile
     transfer.fit_line = lambda *a: None
     ways["no line: the median"] = table(groups, facts)
     transfer.fit_line = fit

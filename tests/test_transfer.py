@@ -9,6 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_costmodel import probe_record, run_record
 
@@ -542,13 +543,16 @@ def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_
     assert shape.line is None and shape.tau > 0.2
     target = lease_probe("cuda", 1e12, lease="T")
     assert transfer.predict(target, shape, facts["a"], 1000, 100)["target"] == "median"
-    # a slope the models' scatter could draw: 1.5 standard errors from 0, under MIN_LINE_T; 3.7 of them: a line
+    # a slope the models' scatter could draw: a two-sided t test at 5% over 6 models needs t >= 2.78 (4 degrees of
+    # freedom); these slopes stand 1.5, 2.2 and 3.7 standard errors from 0
     scatter = {0.05: 0.1, 0.07: -0.1, 0.09: 0.1, 0.11: -0.1, 0.13: 0.1, 0.15: -0.1}
-    assert transfer.MIN_LINE_T == 2.0
-    weak = transfer.shape(line_leases(facts, lambda x: 3.0 * x + scatter[round(x, 2)]), facts, "cuda")
-    assert weak.line is None
-    steep = transfer.shape(line_leases(facts, lambda x: 6.0 * x + scatter[round(x, 2)]), facts, "cuda")
-    assert steep.line is not None and steep.line.slope == pytest.approx(5.14, abs=0.05)
+    assert transfer.LINE_TEST_LEVEL == 0.05
+    for table, freedom in ((3.182, 3), (2.776, 4), (2.228, 10), (2.042, 30)):  # Student's t, 97.5% quantile
+        assert transfer.t_quantile(0.975, freedom) == pytest.approx(table, abs=0.005)
+    for slope, drawn in ((3.0, False), (4.0, False), (6.0, True)):
+        got = transfer.shape(line_leases(facts, lambda x, s=slope: s * x + scatter[round(x, 2)]), facts, "cuda")
+        assert (got.line is not None) == drawn, slope
+    assert got.line.slope == pytest.approx(5.14, abs=0.05)
     assert transfer.MIN_LINE_MODELS == 5
     four = {m: facts[m] for m in "abcd"}  # an exact line through four models is still four models' quirk
     assert transfer.shape(line_leases(four, lambda x: 4.0 * x), four, "cuda").line is None
@@ -565,3 +569,35 @@ def test_leave_one_lease_out_prices_an_unseen_model_by_the_line_through_the_othe
     assert len(rows) == 3 * 6 and all(r["shape"] == "device" for r in rows)
     # every model lies on the line the other five draw: each is predicted exactly, the ends by extrapolation
     assert all(abs(r["error_percent"]) < 1e-6 and r["inside"] for r in rows)
+
+
+def test_a_line_with_models_truly_off_it_shrinks_measured_models_and_widens_every_band_by_its_uncertainty():
+    """Models off the line by more than a lease's noise (tau > 0 about it): a measured model keeps part of its own
+    ratio, w = tau² / (tau² + sd² / n), and its band holds the line's uncertainty as far as it leans on the line,
+    (1 - w) se; an unseen model's band holds tau and se. The residual sd has k - 2 degrees of freedom."""
+    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    facts = structured({**xs, "new": 0.10})
+    measured = {m: facts[m] for m in xs}
+    off = {0.05: 0.15, 0.07: -0.15, 0.09: 0.15, 0.11: -0.15, 0.13: 0.15, 0.15: -0.15}
+    leases = line_leases(measured, lambda x: 10.0 * x + off[round(x, 2)], noise=(1.0, 1.02, 0.98))
+    shape = transfer.shape(leases, measured, "cuda")
+    line = shape.line
+    x = [transfer.layers_per_op(f) for f in measured.values()]
+    y = [statistics.fmean(math.log(r) for r in shape.by_model[m]) for m in measured]
+    slope, intercept = np.polyfit(x, y, 1)
+    left = sum((b - intercept - slope * a) ** 2 for a, b in zip(x, y, strict=True)) / (len(x) - 2)
+    assert (line.slope, line.intercept, line.residual) == pytest.approx((slope, intercept, math.sqrt(left)))
+    assert line.tau == pytest.approx(math.sqrt(left - shape.sd**2 / 3)) and line.tau > 3 * shape.sd
+    target = lease_probe("cuda", 1e12, lease="T")
+    w = line.tau**2 / (line.tau**2 + shape.sd**2 / 3)
+    got = transfer.predict(target, shape, facts["a"], 1000, 100)
+    at, se = line.at(transfer.layers_per_op(facts["a"]))
+    assert got["shape"] == "model" and math.log(got["correction"]) == pytest.approx(w * y[0] + (1 - w) * at)
+    assert got["log_error"] == pytest.approx(math.hypot(shape.sd, (1 - w) * se))
+    new = transfer.predict(target, shape, facts["new"], 1000, 100)
+    _, se_new = line.at(transfer.layers_per_op(facts["new"]))
+    assert new["log_error"] == pytest.approx(math.sqrt(shape.sd**2 + line.tau**2 + se_new**2))
+    # a model whose facts lack op counts has no place on the line: the device's median, its band tau about it
+    plain = transfer.predict(target, shape, FACTS["small"], 1000, 100)
+    assert plain["target"] == "median" and plain["correction"] == pytest.approx(math.exp(shape.centre()))
+    assert plain["log_error"] == pytest.approx(math.hypot(shape.sd, shape.tau))

@@ -58,11 +58,12 @@ MIN_CALIBRATION_MODELS = 3
 # A line of the ratios against the models' structure (fit_line) needs this many models: a slope through fewer is
 # their quirk
 MIN_LINE_MODELS = 5
-# ... and a slope this many standard errors from 0 (t = slope sqrt(sxx) / residual): the conventional two-sigma test.
-# A weaker gate (adjusted R² above 0, t above 1) also let lines through on the CPU, where no mechanism ties the ratio
-# to layers per op: they cut the CPU's coverage on the H200 leases probed as today from 86% to 71%, and the pooled
-# leases' from 86% to 80% (benchmarks/structure_line.py)
-MIN_LINE_T = 2.0
+# ... and a slope that a two-sided t test at this level tells from 0 (t = slope sqrt(sxx) / residual against the t
+# distribution's quantile at k - 2 degrees of freedom: 3.18 for 5 models, 2.23 for 12). A weaker gate (t >= 1, adjusted
+# R² above 0) let lines through on the CPU, where no mechanism ties the ratio to layers per op, and cut the CPU's
+# coverage on the H200 leases probed as today from 86% to 71%; t >= 2 still let a few through where each model is also
+# left out of the other leases (docs/prediction.md, "The target by the model's structure")
+LINE_TEST_LEVEL = 0.05
 # the summary's groups beside each lease: every lease, and the leases whose probes the tool would make the same way now
 ALL_LEASES = "all leases"
 PROBED_AS_TODAY = "probed as today"
@@ -201,7 +202,7 @@ class Line:
 class Shape:
     """What the calibration leases say of one device: per model its ratios, the spread of one lease's ratio about
     the model's own (sd), and how much models truly differ (tau, the between-model sd net of that noise); line,
-    where their ratios follow the models' layers per op closer than their median does (fit_line), the centre by
+    where their ratios follow the models' layers per op by a slope a t test tells from 0 (fit_line), the target by
     structure."""
 
     device: str
@@ -225,34 +226,44 @@ class Shape:
             return value, se, self.line.tau
         return self.centre(), 0.0, self.tau
 
-    def model_sd(self, basis: str, x: float | None = None) -> float:
+    def model_sd(self, basis: str, x: float | None = None, model: str | None = None) -> float:
         """How far this lease's model may stray from its correction beyond the lease-to-lease spread: for a model
         no lease measured (its correction knows nothing of its own shape), the models' spread about its target
-        (tau) and the line's own uncertainty at x; 0 otherwise (its own ratios carry it, shrunk by the same tau)."""
-        if basis != "device":
-            return 0.0
+        (tau) and the line's own uncertainty at x in quadrature; for a measured one, the line's uncertainty as far
+        as its correction leans on the line, (1 - w) se (0 with no line: its own ratios carry the rest)."""
         _, se, tau = self._target(x)
-        return math.hypot(tau, se)
+        if basis == "device":
+            return math.hypot(tau, se)
+        if basis == "model" and model is not None:
+            return (1.0 - self._weight(model, tau)) * se
+        return 0.0
+
+    def _weight(self, model: str, tau: float) -> float:
+        """w = tau² / (tau² + sd² / n): how far the model's own mean log ratio over its n leases counts against its
+        target (0 where tau is 0: the models differ no more than a lease's noise)."""
+        n = len(self.by_model.get(model, []))
+        if not n or tau <= 0:
+            return 0.0
+        return tau**2 / (tau**2 + self.sd**2 / n)
 
     def correction(self, model: str, x: float | None = None) -> tuple[float, str]:
         """exp of the model's mean log ratio shrunk towards its target (the line at its layers per op x, else the
-        device's centre) by w = tau² / (tau² + sd² / n), n the leases that measured it (empirical Bayes: one
-        lease's ratio carries that lease's noise); the target alone for a model no lease measured."""
+        device's centre) by w (_weight; empirical Bayes: one lease's ratio carries that lease's noise); the target
+        alone for a model no lease measured."""
         logs = [math.log(r) for r in self.by_model.get(model, [])]
         if not self.by_model:
             return 1.0, "none"
         target, _, tau = self._target(x)
         if not logs:
             return math.exp(target), "device"
-        noise = self.sd**2 / len(logs)
-        weight = tau**2 / (tau**2 + noise) if tau > 0 else 0.0
+        weight = self._weight(model, tau)
         return math.exp(weight * statistics.fmean(logs) + (1.0 - weight) * target), "model"
 
 
 def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts], sd: float) -> Line | None:
     """The least-squares line of the models' mean log ratios (model -> (mean, leases)) against their layers per op,
-    where MIN_LINE_MODELS models have both and the slope is MIN_LINE_T standard errors from 0 or more (a slope the
-    models' scatter could draw is no shape); else None. tau: the residual spread per degree of freedom net of a
+    where MIN_LINE_MODELS models have both and a two-sided t test at LINE_TEST_LEVEL tells the slope from 0 (a slope
+    the models' scatter could draw is no shape); else None. tau: the residual spread per degree of freedom net of a
     lease's noise, as shape() nets the between-model spread."""
     points = [(x, m, n) for model, (m, n) in means.items() if (x := _x(facts, model)) is not None]
     if len(points) < MIN_LINE_MODELS:
@@ -265,7 +276,8 @@ def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts
     slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
     intercept = y_mean - slope * x_mean
     left = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)
-    if left > 0 and abs(slope) * math.sqrt(sxx / left) < MIN_LINE_T:
+    t = abs(slope) * math.sqrt(sxx / left) if left > 0 else (math.inf if slope else 0.0)
+    if t < t_quantile(1 - LINE_TEST_LEVEL / 2, k - 2):
         return None
     tau = math.sqrt(max(left - sd**2 * statistics.fmean(1.0 / p[2] for p in points), 0.0))
     return Line(intercept, slope, x_mean, sxx, k, min(xs), max(xs), math.sqrt(left), tau)
@@ -273,6 +285,20 @@ def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts
 
 def _x(facts: dict[str, cm.ModelFacts], model: str) -> float | None:
     return layers_per_op(facts[model]) if model in facts else None
+
+
+def t_quantile(p: float, freedom: int) -> float:
+    """Student's t distribution's p quantile at `freedom` degrees of freedom, by the normal quantile's expansion
+    (Abramowitz and Stegun 26.7.5, four terms: within 0.005 of the tables from 3 degrees of freedom up)."""
+    z = statistics.NormalDist().inv_cdf(p)
+    n = float(freedom)
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + sum(term / n ** (i + 1) for i, term in enumerate(terms))
 
 
 def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str) -> Shape:
@@ -352,7 +378,7 @@ def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_0
     c, basis = shape_.correction(facts.name, x)
     pace = max(shape_.pipeline_sd, pipeline_sd(probe))
     share = pipeline_share(base["compute_seconds"], base["loader_seconds"], pace)
-    e = math.sqrt(shape_.sd**2 + shape_.model_sd(basis, x) ** 2 + (share * pace) ** 2)
+    e = math.sqrt(shape_.sd**2 + shape_.model_sd(basis, x, facts.name) ** 2 + (share * pace) ** 2)
     value = base["epoch_seconds"] * c
     return {
         "epoch_seconds": value,
