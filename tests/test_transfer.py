@@ -553,6 +553,8 @@ def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_
         got = transfer.shape(line_leases(facts, lambda x, s=slope: s * x + scatter[round(x, 2)]), facts, "cuda")
         assert (got.line is not None) == drawn, slope
     assert got.line.slope == pytest.approx(5.14, abs=0.05)
+    alike = transfer.shape(line_leases(facts, lambda x: 0.0), facts, "cuda")  # every model on a flat line, exactly
+    assert alike.line is None
     assert transfer.MIN_LINE_MODELS == 5
     four = {m: facts[m] for m in "abcd"}  # an exact line through four models is still four models' quirk
     assert transfer.shape(line_leases(four, lambda x: 4.0 * x), four, "cuda").line is None

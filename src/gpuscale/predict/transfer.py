@@ -271,7 +271,7 @@ def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     k, x_mean, y_mean = len(points), statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - x_mean) ** 2 for x in xs)
-    if sxx <= 0:
+    if sxx <= 0 or max(ys) - min(ys) < 1e-9:  # one structure, or every model alike: nothing for a slope to tell
         return None
     slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
     intercept = y_mean - slope * x_mean
