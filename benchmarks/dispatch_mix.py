@@ -1,8 +1,9 @@
 """Does a GPU's host charge per dispatched op alike, or per parameterised layer as well? (docs/prediction.md, "The
 GPU's dispatch prices every op alike".) The probe prices a GPU step as fixed + ops x op_seconds, op_seconds from a
-stack of conv-norm-ReLU blocks (0.29 layers per op); densenet121 and vit_small_p8, at 0.06-0.08, ran 0.71 and 0.83
-of that price. This times training steps (forward, backward, Adam, as the probe's) of stacks that mix the same
-blocks with k cheap elementwise ops each (x + 0.001 x: no module, no parameter), two depths, and fits
+stack of conv-norm-ReLU blocks (0.14 layers per op as the models' facts count them); densenet121 and vit_small_p8,
+at 0.06-0.08, ran 0.71 and 0.83 of that price. This times training steps (forward, backward, Adam, as the probe's)
+of stacks that mix the same blocks with k cheap elementwise ops each (x + 0.001 x: no module, no parameter), two
+depths, and fits
 
     seconds per step = c + a * layers + b * ops      (least squares over the stacks; layers: nets.layer_count)
 

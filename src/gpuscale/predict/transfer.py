@@ -12,8 +12,8 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
     c(m, d)       = exp(w * mean log ratio_L(m, d) + (1 - w) * target_d(m))   where leases measured m on d,
                     exp(target_d(m)) where none did                  (`shape: model` / `shape: device`)
     target_d(m)   = a + b * x_m where the models' mean log ratios on d follow their layers per op x (a least-squares
-                    line through 5 or more models, its slope 2 standard errors from 0 or more: fit_line), else
-                    centre_d, the median over models of their mean log ratio on d
+                    line through 5 or more models whose slope a two-sided t test at 5% tells from 0: fit_line),
+                    else centre_d, the median over models of their mean log ratio on d
     w             = tau² / (tau² + sd² / n): n leases measured m; sd the lease-to-lease spread of a ratio,
                     tau how much models truly differ beyond it (about the line where there is one; empirical Bayes
                     shrinkage: one lease's ratio carries that lease's noise, so it moves the model only as far as
@@ -23,14 +23,15 @@ dimensionless, so no record of another lease ever sets this lease's level. docs/
 The band is exp(±Z * e) with e = sqrt(shape_sd² + model_sd² + (share * pace_sd)²): shape_sd, how far one lease's
 ratio for a model strays from the other leases' (pooled over models measured in two or more leases; the ratios' own
 spread where none is); model_sd, for a model no lease measured (its target knows nothing of its own shape: a user's
-model), tau and the line's standard error at its x in quadrature, 0 for one they did; pace_sd, how far the host's
-input pipeline moves within one lease (the larger of the pooled within-lease sd of the calibration leases' sentinel
-pipeline rates, taken before and after every job, and half the log of the spread of this probe's loader passes):
-within one lease the host's pipeline moves from minute to minute, the GPU does not; share, the chance that the
-pipeline is the slower stage under that movement (pipeline_share). A speedup's band combines its two epochs' e.
-Z = 1.645: a 90% band were the log errors normal. Where the leases whose probes were made the same way measured
-fewer than MIN_CALIBRATION_MODELS models on the device, there is no shape: the probe alone predicts, with its
-nominal band (probe_alone), in the predict stage and leave-one-lease-out alike.
+model), tau and the line's standard error at its x in quadrature, for one they did that standard error as far as its
+correction leans on the line ((1 - w) se; 0 without a line); pace_sd, how far the host's input pipeline moves within
+one lease (the larger of the pooled within-lease sd of the calibration leases' sentinel pipeline rates, taken before
+and after every job, and half the log of the spread of this probe's loader passes): within one lease the host's
+pipeline moves from minute to minute, the GPU does not; share, the chance that the pipeline is the slower stage
+under that movement (pipeline_share). A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the
+log errors normal. Where the leases whose probes were made the same way measured fewer than MIN_CALIBRATION_MODELS
+models on the device, there is no shape: the probe alone predicts, with its nominal band (probe_alone), in the
+predict stage and leave-one-lease-out alike.
 
 Torch-free (numpy through costmodel).
 """
@@ -218,10 +219,14 @@ class Shape:
         means = [statistics.fmean(math.log(r) for r in rs) for rs in self.by_model.values() if rs]
         return statistics.median(means) if means else 0.0
 
+    def by_structure(self, x: float | None) -> bool:
+        """Whether a model of layers per op x (None: unknown) is priced by the line."""
+        return self.line is not None and x is not None
+
     def _target(self, x: float | None) -> tuple[float, float, float]:
         """Where a model of layers per op x is shrunk to: its log ratio, that value's standard error and the
         models' spread about it (tau): the line at x where there is one and x is known, else the centre."""
-        if self.line is not None and x is not None:
+        if self.by_structure(x):
             value, se = self.line.at(x)
             return value, se, self.line.tau
         return self.centre(), 0.0, self.tau
@@ -327,13 +332,13 @@ def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str
         every = [math.log(r) for rs in by_model.values() for r in rs]
         sd = statistics.pstdev(every) if len(every) >= 2 else cm.NOMINAL_LOG_ERROR
     sd = max(sd, MIN_SHAPE_SD)
-    means = [(statistics.fmean(math.log(r) for r in rs), len(rs)) for rs in by_model.values() if rs]
+    named = {model: (statistics.fmean(math.log(r) for r in rs), len(rs)) for model, rs in by_model.items() if rs}
+    means = list(named.values())
     tau = 0.0
     if len(means) >= 3:
         between = statistics.pvariance([m for m, _ in means])
         tau = math.sqrt(max(between - sd**2 * statistics.fmean(1.0 / n for _, n in means), 0.0))
     pace = _pooled_sd([lease.pipeline_logs for lease in calibration])
-    named = {model: (statistics.fmean(math.log(r) for r in rs), len(rs)) for model, rs in by_model.items() if rs}
     return Shape(device, tuple(used), by_model, sd, tau, pace, fit_line(named, facts, sd))
 
 
@@ -388,7 +393,7 @@ def predict(probe: dict, shape_: Shape, facts: cm.ModelFacts, images: int = 50_0
         "base_seconds": base["epoch_seconds"],
         "correction": c,
         "shape": basis,
-        "target": "layers per op" if shape_.line is not None and x is not None else "median",
+        "target": "layers per op" if shape_.by_structure(x) else "median",
         "bound": base["bound"],
         "pipeline_share": share,
     }
