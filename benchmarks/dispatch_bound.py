@@ -64,13 +64,13 @@ def main(argv: list[str]) -> int:
     split = "".join(f" split {i + 1} / probe |" for i in range(len(mixes)))
     print(f"| model | leases | measured / dispatch cost (each lease) | ops per step | layers | layers per op |{split}")
     print("|---|---|---|---|---|---|" + "---|" * len(mixes))
-    for model, got in sorted(ratios.items(), key=lambda kv: statistics.fmean(math.log(r) for _, r in kv[1])):
-        f = facts[model]
-        mean = math.exp(statistics.fmean(math.log(r) for _, r in got))
+    means = {model: math.exp(statistics.fmean(math.log(r) for _, r in got)) for model, got in ratios.items()}
+    for model, mean in sorted(means.items(), key=lambda kv: kv[1]):
+        f, got = facts[model], ratios[model]
         each = ", ".join(f"{r:.2f}" for _, r in got)
         print(
             f"| {model} | {len(got)} | {mean:.2f} ({each}) | {f.ops_per_step} | {f.layers} | "
-            f"{f.layers / f.ops_per_step:.2f} |" + "".join(f" {split_over_probe(m, f):.2f} |" for m in mixes)
+            f"{transfer.layers_per_op(f):.2f} |" + "".join(f" {split_over_probe(m, f):.2f} |" for m in mixes)
         )
     return 0
 

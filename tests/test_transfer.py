@@ -36,8 +36,8 @@ def observation(model, device, seconds, source="L"):
     return cm.Observation(source, "host1", model, device, "paper", seconds, 1000, 10, None, 1)
 
 
-def base(probe, model):
-    return transfer.base_epoch(probe, FACTS[model], 1000, 100)["epoch_seconds"]
+def base(probe, model, facts=FACTS):
+    return transfer.base_epoch(probe, facts[model], 1000, 100)["epoch_seconds"]
 
 
 def test_a_lease_s_ratio_is_its_measured_epoch_over_its_own_probe_s_prediction():
@@ -97,10 +97,7 @@ def test_a_model_no_lease_measured_has_a_band_that_holds_how_much_models_differ(
         transfer.Lease(
             str(i),
             {"cpu": p},
-            [
-                observation(m, "cpu", f * n * transfer.base_epoch(p, FOUR[m], 1000, 100)["epoch_seconds"])
-                for m, f in factors.items()
-            ],
+            [observation(m, "cpu", f * n * base(p, m, FOUR)) for m, f in factors.items()],
         )
         for i, (p, n) in enumerate(zip(probes, noise, strict=True))
     ]
@@ -124,7 +121,7 @@ def test_leave_one_lease_out_with_unseen_models_leaves_each_model_out_of_every_o
     leases = []
     for i, rate in enumerate((1e10, 3e10, 1e11)):
         probe = lease_probe("cpu", rate, lease=str(i))
-        epoch = {m: factor[m] * transfer.base_epoch(probe, f, 1000, 100)["epoch_seconds"] for m, f in facts.items()}
+        epoch = {m: factor[m] * base(probe, m, facts) for m in facts}
         leases.append(transfer.Lease(str(i), {"cpu": probe}, [observation(m, "cpu", e) for m, e in epoch.items()]))
     rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
     assert len(rows) == 3 * 4 and all(r["unseen"] and r["shape"] == "device" for r in rows)
@@ -479,6 +476,9 @@ def test_the_leases_probed_as_the_tool_probes_today_are_told_apart_and_summarise
         assert transfer.PROBED_AS_TODAY not in {s["lease"] for s in transfer.summarize(same)}
 
 
+SIX = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}  # six models' layers per op
+
+
 def structured(xs: dict[str, float]) -> dict[str, cm.ModelFacts]:
     """Models with 100 layers and 100 / x dispatched ops each: layers per op x."""
     return {
@@ -492,22 +492,18 @@ def line_leases(facts, log_ratio, noise=(1.0, 1.1, 0.9)) -> list[transfer.Lease]
     for i, n in enumerate(noise):
         probe = lease_probe("cuda", 1e12, lease=str(i))
         obs = [
-            observation(m, "cuda", n * math.exp(log_ratio(transfer.layers_per_op(f))) * base_of(probe, f))
+            observation(m, "cuda", n * math.exp(log_ratio(transfer.layers_per_op(f))) * base(probe, m, facts))
             for m, f in facts.items()
         ]
         leases.append(transfer.Lease(str(i), {"cuda": probe}, obs))
     return leases
 
 
-def base_of(probe, facts):
-    return transfer.base_epoch(probe, facts, 1000, 100)["epoch_seconds"]
-
-
 def test_a_model_no_lease_measured_is_priced_by_the_line_of_the_models_ratios_against_their_layers_per_op():
     """Where the measured models' ratios follow their layers per op (a model of many non-layer ops, a ViT or a
     DenseNet, runs below what a probe's conv-norm-ReLU stack prices per op), an unseen model takes the line's value at
     its own layers per op, not the median, and its band adds the line's own uncertainty there."""
-    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    xs = SIX
     facts = structured({**xs, "new": 0.06, "far": 0.40})
     measured = {m: facts[m] for m in xs}
     off = {0.05: 0.02, 0.07: -0.02, 0.09: 0.02, 0.11: -0.02, 0.13: 0.02, 0.15: -0.02}  # each model a little off it
@@ -536,7 +532,7 @@ def test_a_model_no_lease_measured_is_priced_by_the_line_of_the_models_ratios_ag
 
 
 def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_tell():
-    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    xs = SIX
     facts = structured(xs)
     zigzag = {0.05: 0.3, 0.07: -0.3, 0.09: 0.3, 0.11: -0.3, 0.13: 0.3, 0.15: -0.3}  # differ, but not by x
     shape = transfer.shape(line_leases(facts, lambda x: zigzag[round(x, 2)]), facts, "cuda")
@@ -564,7 +560,7 @@ def test_no_line_where_the_ratios_do_not_follow_layers_per_op_or_too_few_models_
 
 
 def test_leave_one_lease_out_prices_an_unseen_model_by_the_line_through_the_other_models():
-    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    xs = SIX
     facts = structured(xs)
     leases = line_leases(facts, lambda x: 4.0 * (x - 0.10), noise=(1.0, 1.0, 1.0))
     rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
@@ -577,7 +573,7 @@ def test_a_line_with_models_truly_off_it_shrinks_measured_models_and_widens_ever
     """Models off the line by more than a lease's noise (tau > 0 about it): a measured model keeps part of its own
     ratio, w = tau² / (tau² + sd² / n), and its band holds the line's uncertainty as far as it leans on the line,
     (1 - w) se; an unseen model's band holds tau and se. The residual sd has k - 2 degrees of freedom."""
-    xs = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}
+    xs = SIX
     facts = structured({**xs, "new": 0.10})
     measured = {m: facts[m] for m in xs}
     off = {0.05: 0.15, 0.07: -0.15, 0.09: 0.15, 0.11: -0.15, 0.13: 0.15, 0.15: -0.15}

@@ -274,12 +274,11 @@ def fit_line(means: dict[str, tuple[float, int]], facts: dict[str, cm.ModelFacts
     if len(points) < MIN_LINE_MODELS:
         return None
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    k, x_mean, y_mean = len(points), statistics.fmean(xs), statistics.fmean(ys)
+    k, x_mean = len(points), statistics.fmean(xs)
     sxx = sum((x - x_mean) ** 2 for x in xs)
     if sxx <= 0 or max(ys) - min(ys) < 1e-9:  # one structure, or every model alike: nothing for a slope to tell
         return None
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
-    intercept = y_mean - slope * x_mean
+    slope, intercept = statistics.linear_regression(xs, ys)
     left = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)
     t = abs(slope) * math.sqrt(sxx / left) if left > 0 else (math.inf if slope else 0.0)
     if t < t_quantile(1 - LINE_TEST_LEVEL / 2, k - 2):
