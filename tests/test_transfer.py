@@ -103,6 +103,9 @@ def test_a_model_no_lease_measured_has_a_band_that_holds_how_much_models_differ(
     ]
     shape = transfer.shape(leases, FOUR, "cpu")
     assert shape.tau > 2 * shape.sd and shape.sd == pytest.approx(statistics.stdev(math.log(n) for n in noise))
+    # tau² = the models' sample variance (k-1) of mean log ratio, less the noise each mean keeps (sd²/leases)
+    spread = statistics.variance(math.log(f) for f in factors.values())
+    assert shape.tau == pytest.approx(math.sqrt(spread - shape.sd**2 / len(noise)))
     target = lease_probe("cpu", 1e11, lease="T")  # compute-bound: no pipeline share in the band
     measured = transfer.predict(target, shape, FACTS["small"], 1000, 100)
     unmeasured = transfer.predict(target, shape, FACTS["other"], 1000, 100)

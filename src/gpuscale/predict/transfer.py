@@ -335,7 +335,7 @@ def shape(calibration: list[Lease], facts: dict[str, cm.ModelFacts], device: str
     means = list(named.values())
     tau = 0.0
     if len(means) >= 3:
-        between = statistics.pvariance([m for m, _ in means])
+        between = statistics.variance([m for m, _ in means])  # unbiased (k-1), as the line's residual is (k-2)
         tau = math.sqrt(max(between - sd**2 * statistics.fmean(1.0 / n for _, n in means), 0.0))
     pace = _pooled_sd([lease.pipeline_logs for lease in calibration])
     return Shape(device, tuple(used), by_model, sd, tau, pace, fit_line(named, facts, sd))
