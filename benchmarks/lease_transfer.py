@@ -1,7 +1,7 @@
 """Leave-one-lease-out on the shipped lease folders (issue 27): each lease's `paper` epochs and speedups predicted
 from its own probes and the other leases' records only (gpuscale.predict.transfer), beside the probe alone.
 
-    python benchmarks/lease_transfer.py [--separately] [--rows] [FOLDER ...]
+    python benchmarks/lease_transfer.py [--separately] [--rows] [--fresh=ID,...] [FOLDER ...]
         (default: predict.validate_on and report.reference)
 
 Prints a markdown table per device (cpu, cuda, speedup) and lease, with a row for the leases probed as the tool
@@ -10,6 +10,8 @@ model also left out of the other leases' records ("the model unmeasured too": a 
 user's own), then every row with --rows.
 --separately: each FOLDER's leases are held out against that folder's other leases only (one card per folder), the
 rows pooled.
+--fresh=ID,ID: only those leases held out, each against the leases whose first probe started before its own (what a
+new user's calibration held when that lease was measured): the fresh-lease check.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpuscale.predict import transfer
 
 def main(argv: list[str]) -> int:
     show_rows = "--rows" in argv
+    fresh = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--fresh=")), None)
     folders = [a for a in argv if not a.startswith("--")]
     if not folders:
         doc = params_mod.load([Path("params.yaml")])
@@ -35,7 +38,7 @@ def main(argv: list[str]) -> int:
         groups = [[x for g in groups for x in g]]
     leases = [x for g in groups for x in g]
     # each lease held out, then each lease and model: as a model no lease measured (a user's own) is predicted
-    rows = [r for unseen in (False, True) for g in groups for r in transfer.leave_one_lease_out(g, facts, unseen)]
+    rows = [r for unseen in (False, True) for g in groups for r in _held_out(g, facts, unseen, fresh)]
     targets = {r["lease"] for r in rows}
     alone = _probe_alone([x for x in leases if x.name in targets], facts)
     print("| device | lease | models | transfer: median / worst | inside the band | probe alone: median / worst |")
@@ -59,6 +62,23 @@ def main(argv: list[str]) -> int:
                 f"{r['error_percent']:+6.1f}% {r['shape']}"
             )
     return 0
+
+
+def _held_out(group: list[transfer.Lease], facts: dict, unseen: bool, fresh: list[str] | None) -> list[dict]:
+    """Each lease of the group held out against the others; with `fresh` lease ids, only those, each against the
+    leases whose first probe started before its own."""
+    if fresh is None:
+        return transfer.leave_one_lease_out(group, facts, unseen)
+    rows = []
+    for target in (x for x in group if Path(x.name).name in fresh):
+        before = [x for x in group if _started(x) < _started(target)]
+        rows += [r for r in transfer.leave_one_lease_out([*before, target], facts, unseen) if r["lease"] == target.name]
+    return rows
+
+
+def _started(lease: transfer.Lease) -> str:
+    """When the lease's first probe started (ISO 8601 UTC, so the strings sort as the times do)."""
+    return min(p["started_at"] for p in lease.probes.values())
 
 
 def _probe_alone(leases: list[transfer.Lease], facts: dict) -> dict[tuple, tuple[float, float]]:
