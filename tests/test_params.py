@@ -110,7 +110,10 @@ def test_data_parallel_device_specs_are_accepted(base_params):
     assert [params.data_parallel_size(d) for d in config["study"]["devices"]] == [1, 1, 2, 8]
 
 
-@pytest.mark.parametrize("key, value, expected", BAD, ids=[b[0] + "=" + repr(b[1]) for b in BAD])
+BAD_IDS = [key + "=" + ("<deleted>" if value is DELETE else repr(value)) for key, value, _ in BAD]
+
+
+@pytest.mark.parametrize("key, value, expected", BAD, ids=BAD_IDS)
 def test_bad_params_rejected_in_one_line_naming_the_key(base_params, key, value, expected):
     config = copy.deepcopy(base_params)
     _set(config, key, value)

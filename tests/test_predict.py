@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
+import types
 
 import pytest
 from conftest import TINY, copy_project, run, write_yaml
@@ -115,15 +115,38 @@ def test_the_layer_table_sums_each_model_s_timed_calls_per_image_and_says_what_t
     assert none["models"] == {} and none["models_not_timed"] == ["simplecnn_half", "resnet18"]
 
 
-def test_the_layer_table_keeps_the_median_of_interleaved_passes_so_one_pause_of_the_host_prices_nothing():
+class _FakeClock:
+    """The layer table's perf_counter, moved only by the steps it times: a loaded machine's own pauses (other
+    processes, pytest-xdist workers) never land in a pass, so the pauses a test plants are the only ones."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_clock(monkeypatch) -> _FakeClock:
+    from gpuscale.measure import layertable
+
+    clock = _FakeClock()
+    monkeypatch.setattr(layertable, "time", types.SimpleNamespace(perf_counter=clock))
+    return clock
+
+
+def test_the_layer_table_keeps_the_median_of_interleaved_passes_so_one_pause_of_the_host_prices_nothing(monkeypatch):
     import torch
 
     ran: list[str] = []
+    clock = fake_clock(monkeypatch)
 
     def step(name: str, slow_call: int):
         def run():
             ran.append(name)
-            time.sleep(0.04 if ran.count(name) == slow_call else 0.002)
+            clock.advance(0.04 if ran.count(name) == slow_call else 0.002)
 
         return run
 
@@ -138,7 +161,7 @@ def test_the_layer_table_keeps_the_median_of_interleaved_passes_so_one_pause_of_
     assert got["b"]["seconds_per_call"] < 0.01 and got["b"]["spread"] < 5 and got["b"]["passes"] == 3
 
 
-def test_a_layer_paused_in_two_of_its_three_passes_is_priced_from_its_unpaused_ones():
+def test_a_layer_paused_in_two_of_its_three_passes_is_priced_from_its_unpaused_ones(monkeypatch):
     """Issue 27: on two H100 leases the resnets' stem convolution was slow in two of three passes (28 and 52 ms
     against 0.6-0.7 ms elsewhere) and the median of three kept the pause; more passes keep the layer's own time."""
     import torch
@@ -146,10 +169,11 @@ def test_a_layer_paused_in_two_of_its_three_passes_is_priced_from_its_unpaused_o
     from gpuscale.measure import layertable
 
     calls = {"stem": 0}
+    clock = fake_clock(monkeypatch)
 
     def stem():
         calls["stem"] += 1
-        time.sleep(0.05 if calls["stem"] in (3, 4) else 0.002)  # warm-up, pass 1 fast; passes 2, 3 paused
+        clock.advance(0.05 if calls["stem"] in (3, 4) else 0.002)  # warm-up, pass 1 fast; passes 2, 3 paused
 
     got = layertable.timed_passes({"stem": stem}, torch.device("cpu"), 3, 0.0)["stem"]
     assert got["passes"] == 7 and sorted(got["pass_seconds"])[-2] > 0.04  # the two pauses are kept in the row

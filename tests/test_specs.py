@@ -246,7 +246,13 @@ def test_timm_builds_or_says_in_one_line_how_to_install_it():
 
 def _validate(tmp_path, models: list[str], capsys) -> tuple[int, str]:
     overlay = write_yaml(tmp_path / "overlay.yaml", {**TINY, "study": {**TINY["study"], "models": models}})
-    code = cli.main(["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)])
+    argv = ["validate", "--params", str(REPO / "params.yaml"), "--params", str(overlay)]
+    # sys.argv as the command has it (a pytest-xdist worker's own argv is empty: a spec parsing it on import passed)
+    saved, sys.argv = sys.argv, ["gpuscale", *argv]
+    try:
+        code = cli.main(argv)
+    finally:
+        sys.argv = saved
     return code, capsys.readouterr().err
 
 
