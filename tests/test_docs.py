@@ -10,7 +10,7 @@ from conftest import REPO
 from gpuscale.analyze import aggregate
 from gpuscale.present import docs
 
-HOW = "rebuild with: benchmarks/reference_report.sh reference/h200-2026-12-04"
+HOW = "rebuild with: reference/report.sh reference/h200-2026-12-04"
 
 
 def test_readme_headline_block_is_the_reference_study_as_its_records_say(tmp_path):
