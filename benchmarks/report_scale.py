@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -90,15 +91,19 @@ def synthesise(folder: Path, n: int, seeds: int, rng: random.Random) -> int:
     return written
 
 
-def stage(argv: list[str], cwd: Path) -> float:
+def stage(argv: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one `gpuscale` process: on a shared machine the CPU time
+    says how much work it was when the wall time also holds the other processes' load."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "gpuscale", *argv], cwd=cwd, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         sys.exit(f"gpuscale {argv[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    return seconds
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def measure(n: int, seeds: int, root: Path) -> dict:
@@ -123,13 +128,10 @@ def measure(n: int, seeds: int, root: Path) -> dict:
         ),
     }
     size = (project / "index.html").stat().st_size
-    return {
-        "records": written,
-        "synthesised_s": round(made, 1),
-        **{k: round(v, 1) for k, v in times.items()},
-        "total_s": round(sum(times.values()), 1),
-        "report_bytes": size,
-    }
+    wall = {name: round(w, 1) for name, (w, _) in times.items()}
+    cpu = {f"{name}_cpu": round(c, 1) for name, (_, c) in times.items()}
+    total = round(sum(w for w, _ in times.values()), 1)
+    return {"records": written, "synthesised_s": round(made, 1), **wall, "total_s": total, **cpu, "report_bytes": size}
 
 
 def main() -> None:
