@@ -64,7 +64,7 @@ def test_every_figure_the_readme_quotes_comes_from_a_generated_block():
 
 
 def test_a_figure_quoted_by_hand_is_caught():
-    block = "<!-- BEGIN generated:x (y) -->\n- resnet50: 12.2× against 40.6×, 95% bootstrap.\n<!-- END generated:x -->\n"
+    block = "<!-- BEGIN generated:x (y) -->\n- resnet50: 12.2× against 40.6×, 95% CI.\n<!-- END generated:x -->\n"
     assert quoted_outside_blocks(block + "The paper's 40.6x and the 95% interval.") == set()
     assert quoted_outside_blocks(block + "resnet50 gains 12.3x here, 17% off.") == {"12.3×", "17%"}
     assert quoted_outside_blocks("```\ndvc exp run -S x=50%\n```\nbatch 128, 2 workers") == set()
