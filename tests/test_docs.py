@@ -39,8 +39,8 @@ def test_readme_is_a_front_door_whose_links_resolve():
         assert f"**{word}" in text, word
 
 
-# A measured figure as prose quotes it: a percentage or a ratio (12.2x, 12.2×), not a count or a setting.
-FIGURE = re.compile(r"(?<![\w.\-–])(\d+(?:\.\d+)?)\s?(%|×|x(?![\w]))")
+# A measured figure as prose quotes it: a percentage or a ratio (12.2x, 12.2×), not a count or a size (4096 x 4096).
+FIGURE = re.compile(r"(?<![\w.\-–])(\d+(?:\.\d+)?)\s?(%|(?:×|x(?!\w))(?!\s*\d))")
 BLOCK = re.compile(r"<!-- BEGIN generated:(\w+) [^>]*-->\n.*?<!-- END generated:\1 -->", flags=re.S)
 FENCE = re.compile(r"```.*?```", flags=re.S)
 
@@ -67,7 +67,19 @@ def test_a_figure_quoted_by_hand_is_caught():
     block = "<!-- BEGIN generated:x (y) -->\n- resnet50: 12.2× against 40.6×, 95% CI.\n<!-- END generated:x -->\n"
     assert quoted_outside_blocks(block + "The paper's 40.6x and the 95% interval.") == set()
     assert quoted_outside_blocks(block + "resnet50 gains 12.3x here, 17% off.") == {"12.3×", "17%"}
-    assert quoted_outside_blocks("```\ndvc exp run -S x=50%\n```\nbatch 128, 2 workers") == set()
+    assert quoted_outside_blocks("```\ndvc exp run -S x=50%\n```\nbatch 128, 2 workers, 4096 x 4096") == set()
+
+
+def test_the_user_pages_quote_no_figure_by_hand():
+    """docs/conditions.md, install.md and cluster.md quote no measured figure in prose: only what the code sets (the
+    drift floor, read here from the code, so that the page and the rule cannot part)."""
+    from gpuscale.contract import conditions
+
+    settings = {f"{conditions.DRIFT_FLOOR * 100:g}%"}
+    assert settings <= figures((REPO / "docs" / "conditions.md").read_text())  # the page states the floor the code has
+    for page in ("conditions", "install", "cluster"):
+        text = (REPO / "docs" / f"{page}.md").read_text()
+        assert quoted_outside_blocks(text) - settings == set(), page
 
 
 def test_the_docs_quote_no_cost_model_error_by_hand():
