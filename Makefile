@@ -49,8 +49,8 @@ lock:
 # The code style the project keeps (pyproject.toml's [tool.ruff]) and its layers (pyproject.toml's
 # [tool.importlinter]: docs/architecture.md); part of `make test` and so of CI.
 lint: install
-	$(call q,$(BIN)/ruff) check src tests benchmarks requirements
-	$(call q,$(BIN)/ruff) format --check src tests benchmarks requirements
+	$(call q,$(BIN)/ruff) check src tests benchmarks research requirements
+	$(call q,$(BIN)/ruff) format --check src tests benchmarks research requirements
 	$(call q,$(BIN)/lint-imports) --no-cache
 
 reproduce: install

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How long `snakemake -n` takes on this checkout (issue 29: a no-op dry run of the default study under 2 s on
+# How long `snakemake -n` takes on this checkout (a no-op dry run of the default study under 2 s on
 # 2 cores), beside Snakemake's own start: N rounds (default 7), each running, in a random order, this workflow's
 # `snakemake -n --cores 4 [args]` and the same command on a one-rule Snakefile in an empty folder, each a fresh
 # process; min / median / max wall seconds of both, and the median of the per-round differences (the workflow's

@@ -296,7 +296,7 @@ def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypa
     records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
     for folder in ("probes", "reference/small/probe"):
         (tmp_path / folder).mkdir(parents=True)
-        for src in (REPO / "reference/h200-2026-12-03-lease/probe").glob("*.json"):
+        for src in (REPO / "research/reference-archive/h200-2026-12-03-lease/probe").glob("*.json"):
             (tmp_path / folder / src.name).write_text(src.read_text())
     bad = tmp_path / ("probes" if where == "--probes" else "reference/small/probe") / "cuda.json"
     if change == "fifo":
@@ -336,7 +336,7 @@ def test_a_bad_run_record_of_a_validation_folder_is_skipped_and_reaches_the_repo
 
     records.study(tmp_path / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
     (tmp_path / "probes").mkdir()
-    for src in (REPO / "reference/h200-2026-12-03-lease/probe").glob("*.json"):
+    for src in (REPO / "research/reference-archive/h200-2026-12-03-lease/probe").glob("*.json"):
         (tmp_path / "probes" / src.name).write_text(src.read_text())
     bad = sorted((tmp_path / "reference/small").rglob("*.json"))[0]
     bad.write_text(bad.read_text().replace('"schema_version"', '"schema_version": 1, "x"', 1))

@@ -74,7 +74,10 @@ def test_make_quotes_overlays_and_validates_them_before_snakemake(tmp_path):
     assert words[-2:] == ["config/quick.yaml", "it's;here.yaml"]
 
 
-@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")), ids=lambda p: p.name)
+SCRIPTS = sorted([*REPO.glob("benchmarks/*.sh"), *REPO.glob("research/**/*.sh"), *REPO.glob("reference/*.sh")])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_scripts_pass_params_and_commands_as_arrays_not_split_strings(script):
     text = script.read_text()
     subprocess.run(["bash", "-n", str(script)], check=True)

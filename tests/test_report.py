@@ -104,7 +104,7 @@ def quick(quick_preset) -> Path:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
     """The reference study's report, from its records alone, with the cost model's validation on them (as
-    benchmarks/reference_report.sh builds it)."""
+    reference/report.sh builds it)."""
     tmp = tmp_path_factory.mktemp("study")
     overlay = yaml.safe_load((REFERENCE / "report.yaml").read_text())
     reference = str(REFERENCE.relative_to(REPO))

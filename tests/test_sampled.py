@@ -1,7 +1,7 @@
 """The sampled protocol's arithmetic, and a sampled run's record checked against its own clocks.
 
 How close a sampled run comes to a separate full run is a timing comparison, so it is a benchmark
-(`benchmarks/sampled_vs_full.py`), not a test: on a shared machine two processes differ by more than the
+(`research/sampling/sampled_vs_full.py`), not a test: on a shared machine two processes differ by more than the
 extrapolation does.
 """
 

@@ -111,7 +111,7 @@ def test_a_drifted_job_ends_with_a_warning(prepared, tmp_path, monkeypatch, capl
 
 
 def old_record(boot_id: str | None) -> dict:
-    path = next((REPO / "reference/h200-2026-12-03-lease3/runs").rglob("*.json"))
+    path = next((REPO / "research/reference-archive/h200-2026-12-03-lease3/runs").rglob("*.json"))
     rec = json.loads(path.read_text())
     rec.pop("conditions", None)
     rec["schema_version"] = 3

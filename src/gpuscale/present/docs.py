@@ -5,7 +5,7 @@
   (params.yaml) and description.
 
 Each block sits between `<!-- BEGIN generated:NAME -->` and `<!-- END generated:NAME -->`; tests check that the
-files hold what these functions give. Rebuild both with `benchmarks/reference_report.sh reference/h200-2026-12-04`,
+files hold what these functions give. Rebuild both with `reference/report.sh reference/h200-2026-12-04`,
 or one of them with `python -m gpuscale.present.docs params` / `python -m gpuscale.present.docs readme TABLES_DIR`.
 """
 
