@@ -285,3 +285,25 @@ def test_with_a_study_plan_progress_lines_add_the_jobs_still_to_come(prepared, t
     progress = [m for m in caplog.messages if " step " in m and "loss" in m]
     # the last step: nothing left of this job; of the others only next.json (done.json exists, run.json is this)
     assert progress[-1].endswith("job ETA 0 s, study ETA 1000 s")
+
+
+def test_the_figures_quoted_on_how_far_prediction_erred_are_the_committed_research_result():
+    """docs/prediction.md's generated block, results/validation.json and .md are what research/prediction/validate.py
+    gives from the shipped lease folders now (a figure edited by hand, or a folder changed without rerunning it,
+    fails here: rerun `python research/prediction/validate.py`)."""
+    import sys
+    from pathlib import Path
+
+    from conftest import REPO
+
+    from gpuscale.present import docs
+
+    sys.path.insert(0, str(REPO))
+    from research.prediction import validate
+
+    doc = json.loads(validate.RESULT.read_text())
+    block = docs.block(validate.BLOCK, (REPO / "docs" / "prediction.md").read_text())
+    assert block == validate.headline_table(doc["headline"])
+    assert "| H200 | speedup | unmeasured |" in block and "probe alone" in block
+    assert validate.main(["--check"]) == 0
+    assert Path(validate.RESULT).stat().st_size < 200_000  # summaries only: every row with --rows, not committed

@@ -531,7 +531,7 @@ def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_meas
         "speedup, PREDICTED (×, band)",
     ]  # few columns, units in the headers
     assert [row[0]["text"] for row in host["rows"]] == ["simplecnn", "resnet50"]
-    assert host["rows"][0][1]["text"] == "20.0 (14.3–28.0)" and host["rows"][0][3]["text"] == "2.50 (1.25–5.00×)"
+    assert host["rows"][0][1]["text"] == "20.0 (14.3–28.0)" and host["rows"][0][3]["text"] == "2.50 (1.25–5.00)"
     assert section["measured"] is None and section["misses"] == []  # nothing measured on this host
     # how far to trust it: the committed research result's headline, not a validation computed here
     assert "research/prediction/results/validation.md" in section["trust"] and "probe alone" in section["trust"]

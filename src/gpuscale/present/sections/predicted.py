@@ -106,7 +106,8 @@ def _seconds(value: float | None) -> str:
 
 
 def _times(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}×" if value < 10 else f"{value:.1f}×"
+    """A speedup, its unit (×) in the header or the words beside it."""
+    return "—" if value is None else f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def _with_band(key: str, fmt: Callable[[float | None], str]) -> Callable[[dict], str]:
@@ -114,7 +115,7 @@ def _with_band(key: str, fmt: Callable[[float | None], str]) -> Callable[[dict],
         value, low, high = row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high")
         if value is None:
             return "—"
-        band = f" ({fmt(low).rstrip('×')}–{fmt(high)})" if low is not None and high is not None else ""
+        band = f" ({fmt(low)}–{fmt(high)})" if low is not None and high is not None else ""
         return fmt(value) + band
 
     return cell
@@ -209,7 +210,7 @@ def misses(rows: list[dict]) -> list[str]:
     what = {
         "cpu": ("CPU epoch", _seconds, " s"),
         "gpu": ("GPU epoch", _seconds, " s"),
-        "speedup": ("speedup", _times, ""),
+        "speedup": ("speedup", _times, "×"),
     }
     for r in rows:
         for side, (name, fmt, unit) in what.items():
@@ -218,10 +219,10 @@ def misses(rows: list[dict]) -> list[str]:
             measured, predicted = r[f"measured_{side}"], r[f"predicted_{side}"]
             low, high = r[f"predicted_{side}_low"], r[f"predicted_{side}_high"]
             ratio = measured / predicted
-            how = f"{ratio:.1f} times the prediction" if ratio >= 1 else f"{1 / ratio:.1f} times faster than predicted"
+            how = f"{ratio:.1f} times the prediction" if ratio >= 1 else f"{1 / ratio:.1f} times below the prediction"
             out.append(
                 f"{r['model']}, {name}: measured {fmt(measured)}{unit}, predicted {fmt(predicted)}{unit} (band "
-                f"{fmt(low).rstrip('×')}–{fmt(high)}{unit}): {how}, {'above' if measured > high else 'below'} its band."
+                f"{fmt(low)}–{fmt(high)}{unit}): {how}, {'above' if measured > high else 'below'} its band."
             )
     return out
 
