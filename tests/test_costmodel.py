@@ -1,4 +1,5 @@
-"""The cost model's arithmetic on hand-made probe and run records (exact expected numbers), torch-free."""
+"""The cost model's arithmetic on hand-made probe and run records (exact expected numbers), torch-free; and its checks
+(research/prediction/: leave one model out, the noise floor) on the same records."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import json
 import math
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 
-from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # research/ beside the package, as its scripts run
+from research.prediction import checks, validation  # noqa: E402
 
 A = cm.ModelFacts("a", 1_000_000, 1.1e9, {"conv": 1e9, "depthwise_conv": 1e8}, layers=10)
 B = cm.ModelFacts("b", 10_000, 1e6, {"conv": 1e6}, layers=2)
@@ -327,6 +331,11 @@ def synthetic_study(tmp_path, monkeypatch):
     return ref, probes, tmp_path / "facts.json"
 
 
+def checked(folders: list, facts_path) -> dict:
+    """The research checks (research/prediction/validation.run) of these folders as one card."""
+    return validation.run({"card": [str(f) for f in folders]}, cm.load_facts(facts_path))
+
+
 def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
     ref, probes, _ = synthetic_study(tmp_path, monkeypatch)
@@ -335,45 +344,42 @@ def test_the_predict_stage_writes_its_tables_without_torch(tmp_path, monkeypatch
         [probes], [str(ref)], out, ["m0", "m3"], images=1000, batch_size=100, facts_path=tmp_path / "facts.json"
     )
     got = predict.tables(out)
-    assert set(got) == set(predict.TABLES)
+    assert set(got) == set(predict.TABLES) == {"host", "constants", "skipped"}
     assert [(r["model"], r["device"]) for r in got["host"]] == [("m0", "cpu"), ("m3", "cpu")]
-    assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
-    speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
-    assert [s["source"] for s in speedups] == [str(ref), f"{ref} (probe only)"]
-    assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
-    assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
-    assert (out / "validation.csv").read_text().startswith("source,model,device,variant,quantity,predicted")
+    assert (
+        (out / "host.csv")
+        .read_text()
+        .startswith("model,device,variant,quantity,predicted,low,high,bound,calibration,label")
+    )  # the columns the report's first screen reads
     (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
-    # a bad probe of a reference folder is skipped and listed (the folder's GPU side is then not checked)
+    # a bad probe of a reference folder is skipped and listed
     got = predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
     (entry,) = got["skipped"]
     assert (
         entry["path"].endswith("cuda.json")
         and "fixed_step_seconds: -1 is less than the minimum of 0" in entry["reason"]
     )
-    assert not [r for r in got["validation"] if r["calibration"] == "probe" and r["device"] == "cuda"]
     # the user's own probe is not skipped: it stops the stage
     probes.write_text(json.dumps({**probe_record(), "fixed_step_seconds": -1}))
     with pytest.raises(cm.CostModelError, match=r"probe.json: fixed_step_seconds: -1 is less than the minimum of 0"):
         predict.run([probes], [str(ref)], out, ["m0"], facts_path=tmp_path / "facts.json")
+    with pytest.raises(cm.CostModelError, match=r"gone: no such folder \(report.reference\)"):
+        predict.run([probes], [str(tmp_path / "gone")], out, ["m0"], facts_path=tmp_path / "facts.json")
 
 
-def test_a_validation_folder_is_checked_like_a_reference_but_is_no_source_of_the_paper_comparison(
-    tmp_path, monkeypatch
-):
-    ref, probes, facts = synthetic_study(tmp_path, monkeypatch)
-    out = tmp_path / "out"
-    predict.run([probes], [], out, ["m0"], images=1000, batch_size=100, facts_path=facts, validation_folders=[str(ref)])
-    got = predict.tables(out)
+def test_the_research_checks_hold_each_model_out_and_predict_from_the_folder_s_probes_alone(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    ref, _, facts = synthetic_study(tmp_path, monkeypatch)
+    got = checked([ref], facts)
+    assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
     speedups = [s for s in got["validation_summary"] if s["device"] == "speedup"]
     assert [s["source"] for s in speedups] == [str(ref), f"{ref} (probe only)"]
-    assert all(abs(r["error_percent"]) < 1e-6 for r in got["validation"])
-    assert not [r for r in got["paper"] if r["source"] == str(ref)]  # measured rows come from report.reference only
-    # named twice (a reference and a validation folder): checked once
-    predict.run([probes], [str(ref)], out, ["m0"], facts_path=facts, validation_folders=[str(ref)])
-    assert len([s for s in predict.tables(out)["validation_summary"] if s["source"] == str(ref)]) == 3
-    with pytest.raises(cm.CostModelError, match=r"gone: no such folder \(report.reference / predict.validate_on\)"):
-        predict.run([probes], [], out, ["m0"], facts_path=facts, validation_folders=[str(tmp_path / "gone")])
+    assert all(s["meets_target"] is True and s["models"] == 6 for s in speedups)
+    assert len([r for r in got["validation"] if r["calibration"] == "probe"]) == 18  # 6 models x (cpu, cuda, speedup)
+    (ref / "probe" / "cuda.json").write_text(json.dumps({**probe_record("cuda"), "fixed_step_seconds": -1}))
+    got = checked([ref], facts)  # a bad probe is skipped and listed; the folder's GPU side is then not checked
+    assert len(got["skipped"]) == 1
+    assert not [r for r in got["validation"] if r["calibration"] == "probe" and r["device"] == "cuda"]
 
 
 def test_a_folder_whose_cpu_probe_has_a_layer_table_is_also_held_out_on_it_and_a_gpu_s_table_is_not_used(
@@ -391,11 +397,9 @@ def test_a_folder_whose_cpu_probe_has_a_layer_table_is_also_held_out_on_it_and_a
     gpu["layer_seconds"] = 0.002
     (ref / "probe" / "cuda.json").write_text(json.dumps(gpu))
     assert cm.from_probe(gpu).table_seconds_per_image == {}  # a GPU's layer table prices nothing
-    out = tmp_path / "out"
-    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
-    got = predict.tables(out)
-    checks = [s["source"] for s in got["validation_summary"] if s["device"] == "speedup"]
-    assert checks == [str(ref), f"{ref} (held out, layer table)", f"{ref} (probe only)"]
+    got = checked([ref], facts_path)
+    sources = [s["source"] for s in got["validation_summary"] if s["device"] == "speedup"]
+    assert sources == [str(ref), f"{ref} (held out, layer table)", f"{ref} (probe only)"]
     on_table = [r for r in got["validation"] if r["source"] == f"{ref} (held out, layer table)"]
     assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
     cpu_rows = [r for r in on_table if r["device"] == "cpu"]
@@ -410,22 +414,18 @@ def test_a_folder_without_a_table_borrows_the_table_of_a_probe_of_the_same_host_
     lease = tmp_path / "reference" / "lease"  # another folder: no records needed, a CPU probe with the table
     (lease / "probe").mkdir(parents=True)
     (lease / "probe" / "cpu.json").write_text(json.dumps(table_probe("cpu", fixed=0.02, optimizer=0.0, table=table)))
-    out = tmp_path / "out"
 
-    def checked() -> list[dict]:  # the reference checked, the lease folder beside it
-        kwargs = {"images": 1000, "batch_size": 100, "facts_path": facts_path, "validation_folders": [str(lease)]}
-        predict.run([probes], [str(ref)], out, ["m0"], **kwargs)
-        return predict.tables(out)["validation"]
+    def rows() -> list[dict]:  # the reference checked, the lease folder beside it
+        return checked([ref, lease], facts_path)["validation"]
 
-    validation = checked()
-    on_table = [r for r in validation if r["source"] == f"{ref} (held out, layer table)"]
+    on_table = [r for r in rows() if r["source"] == f"{ref} (held out, layer table)"]
     assert len(on_table) == 18 and all(abs(r["error_percent"]) < 1e-6 for r in on_table)
     assert {r["calibration"] for r in on_table if r["device"] == "cpu"} == {f"records on the layer table of {lease}"}
     # a probe of another host prices nothing here
     other = json.loads((lease / "probe" / "cpu.json").read_text())
     other["environment"]["host_fingerprint"] = "host2"
     (lease / "probe" / "cpu.json").write_text(json.dumps(other))
-    assert not [r for r in checked() if r["source"].endswith("(held out, layer table)")]
+    assert not [r for r in rows() if r["source"].endswith("(held out, layer table)")]
 
 
 def epochs_record(model, device, epochs, seed=0, sampled=False, fingerprint="host1"):
@@ -469,9 +469,7 @@ def test_the_spread_of_measured_epochs_is_pooled_within_runs_and_between_seeds_o
 
 def test_each_check_states_the_floor_its_measurements_set(tmp_path, monkeypatch):
     ref, probes, facts_path = synthetic_study(tmp_path, monkeypatch)
-    out = tmp_path / "out"
-    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
-    summary = predict.tables(out)["validation_summary"]
+    summary = checked([ref], facts_path)["validation_summary"]
     assert {s["floor_basis"] for s in summary} == {"unknown"}  # records without epochs: no spread, no floor
     assert {s["floor_median_percent"] for s in summary} == {None}
     for path in ref.rglob("paper-seed0.json"):  # the same epochs, each run now with three steady epochs around it
@@ -479,8 +477,7 @@ def test_each_check_states_the_floor_its_measurements_set(tmp_path, monkeypatch)
         x = r["timing"]["steady_epoch_seconds_median"]
         r["epochs"] = [{"train_seconds": x * f, "warmup": i == 0} for i, f in enumerate((1.3, 0.9, 1.0, 1.1))]
         path.write_text(json.dumps(r))
-    predict.run([probes], [str(ref)], out, ["m0"], images=1000, batch_size=100, facts_path=facts_path)
-    summary = predict.tables(out)["validation_summary"]
+    summary = checked([ref], facts_path)["validation_summary"]
     assert {s["floor_basis"] for s in summary} == {"measured"}
     sd = statistics.stdev([math.log(f) for f in (0.9, 1.0, 1.1)])
     one = checks.noise_floor([math.sqrt(sd**2 / 3 * math.pi / 2)] * 6)
@@ -537,7 +534,7 @@ def test_no_cpu_of_the_models_form_reproduces_the_papers_three_points():
         "resnet18": cm.ModelFacts("resnet18", 11_181_642, 217_282_560, {"conv": 217_282_560}, layers=41),
         "resnet50": cm.ModelFacts("resnet50", 23_528_522, 495_771_648, {"conv": 495_771_648}, layers=107),
     }
-    fits = predict.paper_cost_model(facts)
+    fits = validation.paper_cost_model(facts)
     cpu = cm.predict_epoch(fits["cpu"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
     gpu = cm.predict_epoch(fits["cuda"], facts["resnet50"], 50_000, 128)["epoch_seconds"]
     assert cpu / 544.367 - 1 < -0.5  # the i9's resnet50 epoch is far above what its other two points imply

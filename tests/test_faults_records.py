@@ -308,7 +308,7 @@ def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypa
         assert bad.read_text() != text
     study = {**TINY["study"], "devices": ["cpu", "cuda"]}
     reference = {"reference": ["reference/small"]}
-    overlay = {**TINY, "study": study, "report": reference, "predict": {"validate_on": ["reference/small"]}}
+    overlay = {**TINY, "study": study, "report": reference}
     write_yaml(tmp_path / "o.yaml", overlay)
     monkeypatch.chdir(tmp_path)
     params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]
@@ -327,8 +327,10 @@ def test_a_probe_record_from_outside_is_held_to_the_same_rule(tmp_path, monkeypa
     assert "nan" not in host.lower() and "inf" not in host.lower()
 
 
-def test_a_bad_run_record_of_a_validation_folder_is_skipped_and_reaches_the_report(tmp_path, monkeypatch, capsys):
-    """predict stopped on a bad record of a predict.validate_on folder that the aggregate stage would skip."""
+def test_a_bad_run_record_of_a_reference_folder_is_skipped_by_predict_and_reaches_the_report(
+    tmp_path, monkeypatch, capsys
+):
+    """predict skips a bad record of a reference folder, as the aggregate stage does, and lists it once."""
     from conftest import TINY, write_yaml
 
     from gpuscale import cli
@@ -343,7 +345,7 @@ def test_a_bad_run_record_of_a_validation_folder_is_skipped_and_reaches_the_repo
     study = {**TINY["study"], "devices": ["cpu", "cuda"]}
     write_yaml(
         tmp_path / "o.yaml",
-        {**TINY, "study": study, "report": {"reference": []}, "predict": {"validate_on": ["reference/small"]}},
+        {**TINY, "study": study, "report": {"reference": ["reference/small"]}},
     )
     monkeypatch.chdir(tmp_path)
     params = ["--params", str(REPO / "params.yaml"), "--params", "o.yaml"]

@@ -35,7 +35,7 @@ def project(tmp_path_factory) -> Path:
     """A project folder with a small reference study (hand-written records) and the params naming it."""
     root = tmp_path_factory.mktemp("interrupts")
     records.study(root / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
-    predict = {**TINY["predict"], "validate_on": []}
+    predict = TINY["predict"]
     train = {**TINY["train"], "epochs": 1, "phase_profile_steps": 0}
     overlay = {**TINY, "train": train, "report": {"reference": ["reference/small"]}, "predict": predict}
     write_yaml(root / "o.yaml", overlay)

@@ -23,7 +23,7 @@ def project(tmp_path_factory) -> Path:
     """A small reference study, its tables and charts, and a prepared synthetic dataset."""
     root = tmp_path_factory.mktemp("signals")
     records.study(root / "reference" / "small", records.SPEEDUPS, records.CPU_EPOCH)
-    predict = {**TINY["predict"], "validate_on": [], "probe_seconds": 20}
+    predict = {**TINY["predict"], "probe_seconds": 20}
     train = {**TINY["train"], "epochs": 1, "phase_profile_steps": 0}
     data = {**TINY["data"], "train_size": 20_000, "test_size": 2_000}  # long enough to be stopped mid-way
     overlay = {**TINY, "data": data, "train": train, "report": {"reference": ["reference/small"]}, "predict": predict}

@@ -46,7 +46,7 @@ def overlay(tmp_path, **sections) -> list[str]:
 
 
 def aggregate(tmp_path, reference, key="report") -> list:
-    section = {"report": {"reference": reference}} if key == "report" else {"predict": {"validate_on": reference}}
+    section = {"report": {"reference": reference}}  # read by the aggregate stage and by predict
     command = "aggregate" if key == "report" else "predict"
     argv = [command, *overlay(tmp_path, **section)]
     return argv + (["--reference-only", "--out", "t", "--metrics", "m.json"] if command == "aggregate" else [])
@@ -72,7 +72,7 @@ REFERENCE_CASES = {
 def test_a_reference_folder_is_an_existing_folder_inside_the_project(case, key, tmp_path, capsys):
     make, expected = REFERENCE_CASES[case]
     bad = make(tmp_path)
-    name = "report.reference.1" if key == "report" else "predict.validate_on.1"
+    name = "report.reference.1"
     fails(capsys, aggregate(tmp_path, ["reference/ok", bad], key), f"{name}: ", expected)
     assert not Path("t").exists()
 
@@ -92,7 +92,7 @@ def test_a_reference_folder_linked_inside_reference_is_accepted(tmp_path, capsys
 def test_a_reference_folder_listed_twice_under_another_name_is_refused(tmp_path, capsys, key):
     """[reference/ok, reference/alias] with alias -> ok read every record twice, as two hosts."""
     os.symlink("ok", "reference/alias")
-    name = "report.reference" if key == "report" else "predict.validate_on"
+    name = "report.reference"
     fails(
         capsys,
         aggregate(tmp_path, ["reference/ok", "reference/alias"], key),
@@ -145,7 +145,7 @@ def test_train_data_that_is_a_file_is_named_as_such(tmp_path, capsys):
 
 
 def test_predict_facts_that_is_a_folder_is_named_as_such(tmp_path, capsys):
-    argv = ["predict", *overlay(tmp_path, predict={**TINY["predict"], "validate_on": []}), "--facts", "reference"]
+    argv = ["predict", *overlay(tmp_path, predict=TINY["predict"]), "--facts", "reference"]
     fails(capsys, [*argv, "--out", "p"], "--facts: reference is a folder where a file is expected")
 
 
@@ -279,7 +279,7 @@ def test_a_folder_output_never_replaces_a_folder_of_other_files(case, tmp_path, 
     Path("docs/a.md").write_text("notes\n")
     Path("linked").mkdir()
     Path("linked/x.svg").symlink_to(tmp_path / "outside")
-    argv = [extra[0], *overlay(tmp_path, predict={"validate_on": ["reference/ok"]}), *extra[1:]]
+    argv = [extra[0], *overlay(tmp_path), *extra[1:]]
     before = {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()}
     fails(capsys, argv, f"--out: {expected}", "which this output never writes")
     assert {p: p.read_bytes() for p in Path(".").rglob("*") if p.is_file()} == before

@@ -23,7 +23,7 @@ from gpuscale.present.sections.appendix import environments, runs_table
 from gpuscale.present.sections.checks import sampling_summary, sampling_table, warnings
 from gpuscale.present.sections.headline import headline
 from gpuscale.present.sections.key import key_results
-from gpuscale.present.sections.predicted import load_predictions, prediction_section, validation_verdicts
+from gpuscale.present.sections.predicted import load_predictions, prediction_section
 from gpuscale.present.sections.why import fits_table
 
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><!-- \u2028 &amp;'
@@ -524,75 +524,52 @@ def test_predictions_for_a_host_without_records_are_labelled_and_beside_the_meas
     section = prediction_section(pred)
     host = section["host"]
     assert "PREDICTION" in host["caption"] and all("_" not in h for h in host["header"])
-    assert "hand-written, measured: speedup (×)" in host["header"]
+    assert host["header"] == [
+        "model",
+        "CPU epoch, PREDICTED (s, band)",
+        "GPU epoch, PREDICTED (s, band)",
+        "speedup, PREDICTED (×, band)",
+    ]  # few columns, units in the headers
     assert [row[0]["text"] for row in host["rows"]] == ["simplecnn", "resnet50"]
-    checks = section["speedup_checks"]  # one row per check: its errors, whether it meets both targets, its floor
-    assert [[c["text"] for c in row][4:8] for row in checks["rows"]] == [["37.5%", "37.5%", "resnet50", "no"]]
-    assert "perfect model" in checks["caption"] and "noise floor: worst error" in checks["header"]
-    assert any("resnet50 −38%" in v for v in section["verdicts"]["misses"])
-    assert section["verdicts"]["targets"][0].startswith("No check meets both targets. Median target (15%): met by none")
-    assert section["paper"] is None and section["paper_verdicts"] == {"main": [], "rates": []}
+    assert host["rows"][0][1]["text"] == "20.0 (14.3–28.0)" and host["rows"][0][3]["text"] == "2.50 (1.25–5.00)"
+    assert section["measured"] is None and section["misses"] == []  # nothing measured on this host
+    # how far to trust it: the committed research result's headline, not a validation computed here
+    assert "research/prediction/results/validation.md" in section["trust"] and "probe alone" in section["trust"]
 
 
-def test_the_reference_study_report_shows_the_validation_and_the_papers_hardware(study):
+def test_each_measurement_of_this_host_outside_its_band_is_said_in_words(tmp_path):
+    pred = load_predictions(_hand_made_predictions(tmp_path / "predict"))
+    runs = pl.DataFrame(
+        [
+            {
+                "source": "this host",
+                "status": "measured",
+                "variant": "paper",
+                "sweep_parameter": None,
+                "model": model,
+                "device": device,
+                "steady_epoch_seconds_median": seconds,
+                "epoch_seconds_mean": seconds,
+            }
+            for model, device, seconds in (("simplecnn", "cpu", 21.0), ("resnet50", "cpu", 410.0))
+        ]
+    )
+    section = prediction_section(pred, runs)
+    (miss,) = section["misses"]  # simplecnn's 21 s lies inside 14.3-28; resnet50's 410 s is 4.1x its 100 s
+    assert miss == (
+        "resnet50, CPU epoch: measured 410.0 s, predicted 100.0 s (band 71.4–140.0 s): 4.1 times the prediction,"
+        " above its band."
+    )
+    table = section["measured"]
+    assert len(table["header"]) == 7 and all("(" in h for h in table["header"][1:])
+    assert [row[2]["text"] for row in table["rows"]] == ["21.0", "410.0 (outside)"]
+    assert "measured_cpu" in table["csv"].splitlines()[0]  # the numbers, bands included, for download
+
+
+def test_the_reference_study_report_shows_this_host_s_section_without_the_validation_s_internals(study):
     html = (study / "index.html").read_text()
     order = ["why", "predicted", "usage", "checks"]
     positions = [html.index(f'<section id="{s}"') for s in order]
     assert positions == sorted(positions)
     assert "No probe records of this host" in html  # no host table without probes
-    assert "each model held out" in html and "median error at most 15%" in html and "noise floor" in html
-    assert "0.19 of its resnet18 rate" in html  # the i9 on resnet50 against resnet18
-
-
-def test_misses_are_listed_per_check_each_named_once():
-    """Held-out misses and probe-only misses of two folders: one line per check and quantity, never merged."""
-
-    def row(source, model, device, error, calibration="records"):
-        return {
-            "source": source,
-            "model": model,
-            "device": device,
-            "variant": "paper",
-            "error_percent": error,
-            "calibration": calibration,
-        }
-
-    pred = {
-        "validation_summary": [],
-        "validation": [
-            row("reference/a", "m1", "cpu", 50.0),
-            row("reference/b", "m1", "cpu", -40.0),
-            row("reference/b (probe only)", "m2", "speedup", 90.0, "probe"),
-            row("reference/b", "m3", "cpu", 10.0),  # within the target: not listed
-        ],
-    }
-    misses = validation_verdicts(pred)["misses"]
-    assert misses == [
-        "a, held out: beyond 35% on the CPU epoch (paper variant): m1 +50%.",
-        "b, held out: beyond 35% on the CPU epoch (paper variant): m1 −40%.",
-        "b, probes alone: beyond 35% on the speedup (paper variant): m2 +90%.",
-    ]
-
-
-def test_the_lease_check_says_what_probed_as_today_means_only_where_it_has_such_rows(tmp_path):
-    folder = _hand_made_predictions(tmp_path / "predict")
-
-    def summary(leases: list[str]) -> list[dict]:
-        return [
-            {
-                "device": "speedup",
-                "lease": lease,
-                "models": 1,
-                "median_abs_error_percent": 10.0,
-                "worst_abs_error_percent": 10.0,
-                "worst_model": "m (a)",
-                "coverage_percent": 100.0,
-            }
-            for lease in leases
-        ]
-
-    for leases, today in ((["all leases", "probed as today", "a"], True), (["all leases", "a"], False)):
-        fsutil.write_json(folder / "transfer_summary.json", summary(leases))
-        section = prediction_section(load_predictions(folder))
-        assert section["transfer_today"] is today
-        assert [row[1]["text"] for row in section["transfer"]["rows"]] == leases
+    assert "noise floor" not in html and "leave one lease out" not in html.lower()

@@ -1,5 +1,6 @@
-"""Prediction across machine leases (predict/transfer.py, issue 27): the lease's probe sets the level, the records
-of other leases only the shape; leave-one-lease-out; the one-off `gpuscale predict --model`."""
+"""Prediction across machine leases (predict/transfer.py): the lease's probe sets the level, the records of other
+leases only the shape; leave-one-lease-out (research/prediction/validation.py); the one-off `gpuscale predict --model`
+and its probe cache (predict/probecache.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from test_costmodel import probe_record, run_record
 
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
-from gpuscale.predict import transfer
+from gpuscale.predict import probecache, transfer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # research/ beside the package, as its scripts run
+from research.prediction import validation  # noqa: E402
 
 FACTS = {
     "small": cm.ModelFacts("small", 1_000, 1e8, {"conv": 1e8}, layers=4),
@@ -126,23 +130,23 @@ def test_leave_one_lease_out_with_unseen_models_leaves_each_model_out_of_every_o
         probe = lease_probe("cpu", rate, lease=str(i))
         epoch = {m: factor[m] * base(probe, m, facts) for m in facts}
         leases.append(transfer.Lease(str(i), {"cpu": probe}, [observation(m, "cpu", e) for m, e in epoch.items()]))
-    rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
+    rows = validation.leave_one_lease_out(leases, facts, unseen=True)
     assert len(rows) == 3 * 4 and all(r["unseen"] and r["shape"] == "device" for r in rows)
     for r in rows:  # the centre is the median of the other three models' ratios
         centre = statistics.median(f for m, f in factor.items() if m != r["model"])
         assert r["predicted"] / r["measured"] == pytest.approx(centre / factor[r["model"]])
     lease0 = [x for x in leases if x.name == "0"][0]
-    stripped = [transfer.without(x, "small") for x in leases if x.name != "0"]
+    stripped = [validation.without(x, "small") for x in leases if x.name != "0"]
     band = transfer.predict(lease0.probes["cpu"], transfer.shape(stripped, facts, "cpu"), facts["small"], 1000, 100)
     row = next(r for r in rows if (r["lease"], r["model"]) == ("0", "small"))
     assert (row["low"], row["high"]) == pytest.approx((band["low"], band["high"]))
     # measured in the other leases, each model's own ratio moves it from the centre towards its measured epoch
-    seen = transfer.leave_one_lease_out(leases, facts)
+    seen = validation.leave_one_lease_out(leases, facts)
     assert all(not r["unseen"] and r["shape"] == "model" for r in seen)
     unseen_error = {(r["lease"], r["model"]): abs(r["error_percent"]) for r in rows}
     assert all(abs(r["error_percent"]) < unseen_error[r["lease"], r["model"]] for r in seen)
-    groups = [s["lease"] for s in transfer.summarize(seen + rows) if s["device"] == "cpu"]
-    assert groups == [transfer.ALL_LEASES, transfer.ALL_LEASES + transfer.UNSEEN, "0", "1", "2"]
+    groups = [s["lease"] for s in validation.summarize(seen + rows) if s["device"] == "cpu"]
+    assert groups == [validation.ALL_LEASES, validation.ALL_LEASES + validation.UNSEEN, "0", "1", "2"]
 
 
 def test_only_probes_made_the_same_way_transfer():
@@ -190,7 +194,7 @@ def test_the_predict_stage_and_leave_one_lease_out_never_calibrate_a_table_by_th
         return transfer.Lease(name, {"cpu": probe}, obs)
 
     leases = [lease("L0", 2), lease("L1", None), lease("L2", None)]
-    rows = transfer.leave_one_lease_out(leases, FACTS)
+    rows = validation.leave_one_lease_out(leases, FACTS)
     assert {r["lease"]: r["calibration"] for r in rows} == {"L1": "L2", "L2": "L1"}  # L0 has no peer: none
     new = with_table(lease_probe("cpu", 1e12, lease="this"), 2)
     assert predict.host_shapes({"cpu": new}, FACTS, leases)["cpu"].leases == ("L0",)
@@ -211,7 +215,7 @@ def test_calibration_leases_with_too_few_models_give_no_shape_and_the_probe_alon
         )
 
     few = [lease("T", list(FACTS)), lease("C", ["small", "large"])]  # T's only peer measured two models
-    rows = {(r["lease"], r["model"]): r for r in transfer.leave_one_lease_out(few, FACTS)}
+    rows = {(r["lease"], r["model"]): r for r in validation.leave_one_lease_out(few, FACTS)}
     t = rows[("T", "other")]
     assert t["shape"] == "probe" and t["calibration"] == ""
     target = few[0].probes["cpu"]
@@ -248,11 +252,11 @@ def test_leave_one_lease_out_predicts_each_lease_from_its_probe_and_the_others_r
     folder = three_leases(tmp_path, monkeypatch)
     leases = transfer.leases_of(folder, predict.load_records, predict.load_probes)
     assert [lease.name.rsplit("/", 1)[1] for lease in leases] == ["lease0", "lease1", "lease2"]
-    rows = transfer.leave_one_lease_out(leases, FACTS)
+    rows = validation.leave_one_lease_out(leases, FACTS)
     assert len(rows) == 3 * 3 * 3  # 3 leases x 3 models x (cpu, cuda, speedup)
     assert all(abs(r["error_percent"]) < 1e-6 and r["inside"] for r in rows)
     assert {r["calibration"] for r in rows if r["lease"].endswith("lease0")} == {"lease1,lease2"}
-    summary = {(s["device"], s["lease"]): s for s in transfer.summarize(rows)}
+    summary = {(s["device"], s["lease"]): s for s in validation.summarize(rows)}
     assert summary[("speedup", "all leases")]["models"] == 9
     assert summary[("speedup", "all leases")]["coverage_percent"] == 100.0
 
@@ -263,7 +267,7 @@ def test_a_lease_whose_record_strays_from_its_probe_misses_and_does_not_move_the
     doc = json.loads(record.read_text())
     doc["timing"]["steady_epoch_seconds_median"] *= 3  # a GPU epoch three times what the lease's probe implies
     record.write_text(json.dumps(doc))
-    rows = transfer.leave_one_lease_out(transfer.leases_of(folder, predict.load_records, predict.load_probes), FACTS)
+    rows = validation.leave_one_lease_out(transfer.leases_of(folder, predict.load_records, predict.load_probes), FACTS)
     errors = {
         r["lease"].rsplit("/", 1)[1]: r["error_percent"] for r in rows if (r["model"], r["device"]) == ("large", "cuda")
     }
@@ -271,7 +275,7 @@ def test_a_lease_whose_record_strays_from_its_probe_misses_and_does_not_move_the
     # for the other two, one lease's stray ratio is within what a lease's noise explains (tau = 0 beside it):
     # the model is shrunk to the device's centre, and is exact
     assert errors["lease0"] == pytest.approx(0.0, abs=1e-6) and errors["lease2"] == pytest.approx(0.0, abs=1e-6)
-    worst = {s["device"]: s for s in transfer.summarize(rows) if s["lease"] == "all leases"}
+    worst = {s["device"]: s for s in validation.summarize(rows) if s["lease"] == "all leases"}
     assert worst["cuda"]["worst_model"].startswith("large (lease")
     untouched = [r for r in rows if r["model"] != "large"]
     assert all(abs(r["error_percent"]) < 1e-6 for r in untouched)
@@ -315,19 +319,22 @@ def test_the_predict_stage_uses_the_transfer_for_this_host_and_never_lets_record
     probe = json.loads((host / "cpu.json").read_text())
     assert cpu["predicted"] == pytest.approx(1.3 * base(probe, "large"), rel=1e-5)
     assert cpu["calibration"].startswith("this lease's probe x the shape of 3 leases")
-    assert {s["lease"] for s in got["transfer_summary"]} >= {"all leases"}
-    assert (tmp_path / "out" / "transfer.csv").is_file() and (tmp_path / "out" / "transfer_summary.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        f"{name}.{ext}" for name in predict.TABLES for ext in ("csv", "json")
+    )  # this host's tables only: how far the method errs is research's (research/prediction/validate.py)
 
 
 def one_off_host(tmp_path, monkeypatch) -> tuple[Path, Path]:
-    """What every one-off test stands on: this repo's params.yaml, the project folder at tmp_path, this lease's boot
-    id "thislease", the hand-made facts (no spec built), an empty probes folder. Returns the params and the folder."""
+    """What every one-off test stands on: this repo's params.yaml, the project folder at tmp_path, this host's
+    hardware fingerprint "host1" (probe_record's) and boot id "thislease", the hand-made facts (no spec built), an
+    empty probes folder (the workflow's results/probe). Returns the params and the folder."""
     import gpuscale.commands
     from gpuscale.measure import envinfo
 
     repo_params = Path("params.yaml").resolve()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(envinfo, "boot_id", lambda: "thislease")
+    monkeypatch.setattr(envinfo, "host_fingerprint", lambda: "host1")
     monkeypatch.setattr(cm, "load_facts", lambda path=None: FACTS)
     monkeypatch.setattr(gpuscale.commands, "model_choice", lambda option, value, build=True: None)  # hand-made facts
     probes = tmp_path / "probes"
@@ -339,87 +346,148 @@ def one_off_argv(tmp_path, repo_params: Path, model: str, devices: str, referenc
     """`gpuscale predict --model MODEL` on this repo's params and an overlay naming the study's devices and the
     reference folders (none by default), with the probes folder of one_off_host."""
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(
-        f"report: {{reference: [{reference}]}}\npredict: {{validate_on: []}}\nstudy: {{devices: [{devices}]}}\n"
-    )
+    overlay.write_text(f"report: {{reference: [{reference}]}}\nstudy: {{devices: [{devices}]}}\n")
     return ["predict", "--params", str(repo_params), "--params", str(overlay), "--model", model, "--probes", "probes"]
 
 
-def test_the_one_off_prints_epochs_and_speedup_with_bands_from_probes_of_this_lease(tmp_path, monkeypatch, capsys):
-    three_leases(tmp_path, monkeypatch)
-    repo_params, probes = one_off_host(tmp_path, monkeypatch)
-    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
-        (probes / f"{device}.json").write_text(json.dumps(lease_probe(device, rate, lease="thislease")))
-    argv = one_off_argv(tmp_path, repo_params, "large", "cpu, cuda", reference="reference/paired")
+def now_probe(device, rate, lease="thislease", fingerprint="host1", hours_ago=0.0) -> dict:
+    """A probe of this host finished `hours_ago` hours ago."""
+    from datetime import UTC, datetime, timedelta
+
+    doc = lease_probe(device, rate, lease=lease)
+    doc["environment"]["host_fingerprint"] = fingerprint
+    doc["finished_at"] = (datetime.now(UTC) - timedelta(hours=hours_ago)).isoformat()
+    return doc
+
+
+def fake_probes(monkeypatch, rates=None) -> list[list[str]]:
+    """subprocess.run replaced by what `gpuscale probe` would write, a probe of this host now, without timing
+    anything (each call's rate the next of `rates`, default the same each time); returns the commands run."""
     import subprocess
 
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed although this lease's probes exist"))
-    from gpuscale import cli
+    ran: list[list[str]] = []
+    rates = iter(rates or [])
 
-    assert cli.main(argv) == 0
-    out = capsys.readouterr().out
-    assert "large, predicted for this host (lease thisleas)" in out
-    assert out.count(" s an epoch ") == 2 and "speedup" in out and "x to " in out
-    assert "the shape of 3 leases (model)" in out
-
-
-def test_the_one_off_probes_first_where_this_lease_has_no_probe(tmp_path, monkeypatch, capsys):
-    import subprocess
-
-    from gpuscale import cli
-
-    repo_params, probes = one_off_host(tmp_path, monkeypatch)
-    (probes / "cpu.json").write_text(json.dumps(lease_probe("cpu", 1e11, lease="an earlier lease")))
-    ran = []
-
-    def fake_probe(command, **kwargs):  # what `gpuscale probe` would write, without timing anything
+    def fake(command, **kwargs):
         ran.append(command)
         device = command[command.index("--device") + 1]
-        doc = lease_probe(device, 1e11 if device == "cpu" else 1e13, lease="thislease")
-        if device == "cuda":
+        rate = next(rates, 1e11 if device == "cpu" else 1e13)
+        doc = now_probe(device, 1e13 if rate is None else rate)
+        if rate is None:
             doc.update(status="not_measured", not_measured_reason="no CUDA GPU on this host")
         Path(command[command.index("--out") + 1]).write_text(json.dumps(doc))
         return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(subprocess, "run", fake_probe)
-    assert cli.main(one_off_argv(tmp_path, repo_params, "small", "cpu, cuda")) == 0
-    assert sorted(c[c.index("--device") + 1] for c in ran) == ["cpu", "cuda"]  # the stale cpu probe is redone
-    assert all(c[1:4] == ["-m", "gpuscale", "probe"] for c in ran)
+    monkeypatch.setattr(subprocess, "run", fake)
+    return ran
+
+
+def epochs(out: str) -> list[str]:
+    return [line for line in out.splitlines() if " s an epoch " in line or "speedup" in line]
+
+
+def test_the_one_off_prints_epochs_and_speedup_with_bands_from_the_workflow_s_probes_of_this_host(
+    tmp_path, monkeypatch, capsys
+):
+    three_leases(tmp_path, monkeypatch)
+    repo_params, probes = one_off_host(tmp_path, monkeypatch)
+    for device, rate in (("cpu", 1e11), ("cuda", 1e13)):
+        (probes / f"{device}.json").write_text(json.dumps(now_probe(device, rate)))
+    before = {p.name: p.read_bytes() for p in probes.iterdir()}
+    argv = one_off_argv(tmp_path, repo_params, "large", "cpu, cuda", reference="reference/paired")
+    ran = fake_probes(monkeypatch)
+    from gpuscale import cli
+
+    assert cli.main(argv) == 0
+    assert ran == []  # the workflow's probes of this host and boot are reused, read only
     out = capsys.readouterr().out
-    assert "no probe of cpu from this lease" in out and "cuda     not measured: no CUDA GPU on this host" in out
-    assert out.count(" s an epoch ") == 1 and "from: probe" in out
+    assert "large, predicted for this host (boot thisleas)" in out
+    assert out.count(" s an epoch ") == 2 and "speedup" in out and "x to " in out
+    assert "the shape of 3 leases (model)" in out
+    assert {p.name: p.read_bytes() for p in probes.iterdir()} == before
 
 
-def test_the_one_off_probes_the_cpu_again_where_its_layer_table_lacks_the_model(tmp_path, monkeypatch, capsys):
-    """A probe of this lease timed the study's layer table without the model asked for, which was then priced by
-    the rates by kind: the one-off takes the CPU's probe again with the model's layers first (probe --model)."""
-    import subprocess
-
+def test_the_one_off_probes_into_its_cache_never_into_the_workflow_s_probes_and_reuses_it(
+    tmp_path, monkeypatch, capsys
+):
+    """Two calls on an unchanged machine: the first probes into .gpuscale/cache/probe/<host>/, the second reads
+    that probe and prints the same epochs and speedup (each probe's level moving from call to call made them
+    1.5x apart, far more than a quarter of their band); results/probe (here `probes`) is never written."""
     from gpuscale import cli
 
     repo_params, probes = one_off_host(tmp_path, monkeypatch)
-    with_table = lease_probe("cpu", 1e11, lease="thislease")
+    (probes / "cpu.json").write_text(json.dumps(now_probe("cpu", 1e11, lease="an earlier boot")))
+    before = {p.name: p.read_bytes() for p in probes.iterdir()}
+    ran = fake_probes(monkeypatch, rates=[1e11, None, 5e10, None])  # a second probe would land at half the rate
+    argv = one_off_argv(tmp_path, repo_params, "small", "cpu, cuda")
+    assert cli.main(argv) == 0
+    assert sorted(c[c.index("--device") + 1] for c in ran) == ["cpu", "cuda"]  # the other boot's cpu probe: redone
+    assert all(c[1:4] == ["-m", "gpuscale", "probe"] for c in ran)
+    outs = {Path(c[c.index("--out") + 1]).resolve() for c in ran}
+    cache = (tmp_path / probecache.CACHE / "host1").resolve()
+    assert outs == {cache / "cpu-small.json", cache / "cuda.json"}
+    first = capsys.readouterr().out
+    assert (
+        "made before this boot of the machine" in first and "cuda     not measured: no CUDA GPU on this host" in first
+    )
+    assert first.count(" s an epoch ") == 1 and "from: probe" in first
+    assert cli.main(argv) == 0
+    assert len(ran) == 2  # the cache hit: no probe taken
+    second = capsys.readouterr().out
+    assert epochs(second) == epochs(first)
+    assert {p.name: p.read_bytes() for p in probes.iterdir()} == before
+    assert cli.main([*argv, "--fresh-probe"]) == 0  # the flag takes a new probe, into the cache again
+    assert len(ran) == 4 and epochs(capsys.readouterr().out) != epochs(first)
+
+
+def test_the_one_off_probes_the_cpu_again_where_its_layer_table_lacks_the_model(tmp_path, monkeypatch, capsys):
+    """A probe of this boot timed the study's layer table without the model asked for, which was then priced by
+    the rates by kind: the one-off takes the CPU's probe again with the model's layers first (probe --model)."""
+    from gpuscale import cli
+
+    repo_params, probes = one_off_host(tmp_path, monkeypatch)
+    with_table = now_probe("cpu", 1e11)
     row = {"seconds_per_image": 1e-3, "layer_calls": 10, "distinct_layer_calls": 5}
     table = {"batch_size": 32, "models": {"large": row}, "models_not_timed": [], "layers": [], "seconds": 1.0}
     with_table["layer_table"] = table
     (probes / "cpu.json").write_text(json.dumps(with_table))
-    ran = []
-
-    def fake_probe(command, **kwargs):
-        ran.append(command)
-        Path(command[command.index("--out") + 1]).write_text(json.dumps(lease_probe("cpu", 1e11, lease="thislease")))
-        return subprocess.CompletedProcess(command, 0)
-
-    monkeypatch.setattr(subprocess, "run", fake_probe)
+    ran = fake_probes(monkeypatch)
     argv = one_off_argv(tmp_path, repo_params, "small", "cpu")
     assert cli.main(argv) == 0
     assert len(ran) == 1 and ran[0][ran[0].index("--device") + 1] == "cpu"
     assert ran[0][ran[0].index("--model") + 1] == "small"
-    assert "has no layer table of small: probing it again" in capsys.readouterr().out
+    assert "its layer table has no small" in capsys.readouterr().out
     ran.clear()
     table["models"]["small"] = row
     (probes / "cpu.json").write_text(json.dumps(with_table))
     assert cli.main(argv) == 0 and ran == []  # its table has it: no probe
+
+
+def test_the_probe_cache_is_keyed_by_host_and_reuses_only_a_recent_probe_of_this_host_and_boot(tmp_path):
+    root = tmp_path / "cache"
+
+    def put(fingerprint, doc, device="cuda", model="small"):
+        path = probecache.cache_path(fingerprint, device, model, root=root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+        return path
+
+    def find(fingerprint="host1", lease="thislease", device="cuda", model="small", hours=24.0):
+        return probecache.find(device, model, fingerprint, lease, None, max_age_hours=hours, root=root)[0]
+
+    mine = put("host1", now_probe("cuda", 1e13, hours_ago=2))
+    put("host2", now_probe("cuda", 1e13, fingerprint="host2"))
+    assert find() == mine and find("host2") != mine  # each host reads its own folder
+    assert find("host3") is None  # a host never probed: nothing to reuse
+    assert find(lease="next boot") is None  # a reboot (a rented machine's next lease) has its own pace
+    assert find(hours=1.0) is None  # older than allowed
+    put("host1", now_probe("cuda", 1e13, fingerprint="other hardware"))  # copied in from another machine
+    assert find() is None
+    # a CPU's probe is kept per model (its layer table times the model); a spec's key follows its file's content
+    assert probecache.cache_path("h", "cpu", "resnet18").name == "cpu-resnet18.json"
+    spec = "examples/mynet.py:build"
+    assert probecache.model_key(spec, "a") != probecache.model_key(spec, "b")
+    assert probecache.model_key(spec, "a").startswith("spec-") and "/" not in probecache.model_key(spec, "a")
 
 
 def test_models_that_truly_differ_keep_their_own_ratio_and_one_lease_s_noise_is_shrunk_to_the_centre():
@@ -468,15 +536,15 @@ def test_the_leases_probed_as_the_tool_probes_today_are_told_apart_and_summarise
         }
 
     rows = [row("new", 10.0, True), row("new", -12.0, True), row("old", -50.0, False)]
-    summary = transfer.summarize(rows)
-    assert [s["lease"] for s in summary] == [transfer.ALL_LEASES, transfer.PROBED_AS_TODAY, "new", "old"]
+    summary = validation.summarize(rows)
+    assert [s["lease"] for s in summary] == [validation.ALL_LEASES, validation.PROBED_AS_TODAY, "new", "old"]
     today = summary[1]
     assert today["models"] == 2 and today["median_abs_error_percent"] == pytest.approx(11.0)
     assert today["worst_abs_error_percent"] == 12.0 and today["coverage_percent"] == 100.0
     assert summary[0]["models"] == 3 and summary[0]["worst_abs_error_percent"] == 50.0
     # where every lease (or none) is probed as today, the row would repeat another: none
     for same in ([row("new", 10.0, True)], [row("old", 10.0, False)]):
-        assert transfer.PROBED_AS_TODAY not in {s["lease"] for s in transfer.summarize(same)}
+        assert validation.PROBED_AS_TODAY not in {s["lease"] for s in validation.summarize(same)}
 
 
 SIX = {"a": 0.05, "b": 0.07, "c": 0.09, "d": 0.11, "e": 0.13, "f": 0.15}  # six models' layers per op
@@ -566,7 +634,7 @@ def test_leave_one_lease_out_prices_an_unseen_model_by_the_line_through_the_othe
     xs = SIX
     facts = structured(xs)
     leases = line_leases(facts, lambda x: 4.0 * (x - 0.10), noise=(1.0, 1.0, 1.0))
-    rows = transfer.leave_one_lease_out(leases, facts, unseen=True)
+    rows = validation.leave_one_lease_out(leases, facts, unseen=True)
     assert len(rows) == 3 * 6 and all(r["shape"] == "device" for r in rows)
     # every model lies on the line the other five draw: each is predicted exactly, the ends by extrapolation
     assert all(abs(r["error_percent"]) < 1e-6 and r["inside"] for r in rows)

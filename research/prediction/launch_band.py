@@ -25,6 +25,9 @@ from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
 
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
+
 DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
 
 
@@ -87,7 +90,7 @@ def main(argv: list[str]) -> int:
         for name, gs in groups.items():
             for label, fn in (("today", plain), ("+ dispatch spread", with_launch_band(launch, plain))):
                 transfer.predict = fn
-                rows = [r for g in gs for r in transfer.leave_one_lease_out(g, facts)]
+                rows = [r for g in gs for r in validation.leave_one_lease_out(g, facts)]
                 print(f"| {name} | {label} | {summary(rows)} |")
     finally:
         transfer.predict = plain

@@ -2,7 +2,7 @@
 from its own probes and the other leases' records only (gpuscale.predict.transfer), beside the probe alone.
 
     python research/prediction/lease_transfer.py [--separately] [--rows] [--fresh=ID,...] [FOLDER ...]
-        (default: predict.validate_on and report.reference)
+        (default: the H200 lease folders, research/prediction/validation.CARDS)
 
 Prints a markdown table per device (cpu, cuda, speedup) and lease, with a row for the leases probed as the tool
 probes today (transfer.Lease.probed_as_today) where some were probed before a fix, and the same pools with each
@@ -19,10 +19,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuscale.contract import params as params_mod
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
+
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
 
 
 def main(argv: list[str]) -> int:
@@ -30,8 +32,7 @@ def main(argv: list[str]) -> int:
     fresh = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--fresh=")), None)
     folders = [a for a in argv if not a.startswith("--")]
     if not folders:
-        doc = params_mod.load([Path("params.yaml")])
-        folders = list(dict.fromkeys([*doc["predict"].get("validate_on", []), *doc["report"]["reference"]]))
+        folders = list(validation.CARDS["H200"])  # the H200 leases (once predict.validate_on and report.reference)
     facts = cm.load_facts()
     groups = [transfer.leases_of(f, predict.load_records, predict.load_probes) for f in folders]
     if "--separately" not in argv:
@@ -43,15 +44,15 @@ def main(argv: list[str]) -> int:
     alone = _probe_alone([x for x in leases if x.name in targets], facts)
     print("| device | lease | models | transfer: median / worst | inside the band | probe alone: median / worst |")
     print("|---|---|---|---|---|---|")
-    for s in transfer.summarize(rows):
-        a = alone.get((s["device"], s["lease"].removesuffix(transfer.UNSEEN)))  # the probe alone reads no record
+    for s in validation.summarize(rows):
+        a = alone.get((s["device"], s["lease"].removesuffix(validation.UNSEEN)))  # the probe alone reads no record
         alone_cell = f"{a[0]:.1f}% / {a[1]:.1f}%" if a else "-"
         print(
             f"| {s['device']} | {Path(s['lease']).name} | {s['models']} | {s['median_abs_error_percent']:.1f}% / "
             f"{s['worst_abs_error_percent']:.1f}% ({s['worst_model']}) | {s['coverage_percent']:.0f}% | {alone_cell} |"
         )
     today = sorted(Path(x.name).name for x in leases if x.name in targets and x.probed_as_today())
-    print(f"\n{transfer.PROBED_AS_TODAY}: {', '.join(today) or 'none'}")
+    print(f"\n{validation.PROBED_AS_TODAY}: {', '.join(today) or 'none'}")
     if show_rows:
         for r in rows:
             if r["unseen"]:
@@ -68,11 +69,13 @@ def _held_out(group: list[transfer.Lease], facts: dict, unseen: bool, fresh: lis
     """Each lease of the group held out against the others; with `fresh` lease ids, only those, each against the
     leases whose first probe started before its own."""
     if fresh is None:
-        return transfer.leave_one_lease_out(group, facts, unseen)
+        return validation.leave_one_lease_out(group, facts, unseen)
     rows = []
     for target in (x for x in group if Path(x.name).name in fresh):
         before = [x for x in group if _started(x) < _started(target)]
-        rows += [r for r in transfer.leave_one_lease_out([*before, target], facts, unseen) if r["lease"] == target.name]
+        rows += [
+            r for r in validation.leave_one_lease_out([*before, target], facts, unseen) if r["lease"] == target.name
+        ]
     return rows
 
 
@@ -85,8 +88,8 @@ def _probe_alone(leases: list[transfer.Lease], facts: dict) -> dict[tuple, tuple
     """(device, lease or 'all leases') -> median and worst |error| of the probe alone, over the same leases."""
     errors: dict[tuple, list[float]] = {}
     for lease in leases:
-        rows = predict.probe_only(lease.observations, facts, lease.probes)
-        groups = [lease.name, transfer.ALL_LEASES] + ([transfer.PROBED_AS_TODAY] if lease.probed_as_today() else [])
+        rows = validation.probe_only(lease.observations, facts, lease.probes)
+        groups = [lease.name, validation.ALL_LEASES] + ([validation.PROBED_AS_TODAY] if lease.probed_as_today() else [])
         for r in rows:
             for key in ((r["device"], g) for g in groups):
                 errors.setdefault(key, []).append(abs(r["error_percent"]))

@@ -10,7 +10,7 @@ call whose passes disagree is timed in more (gpuscale.measure.layertable.RETIME_
 For each CPU probe (`probe/cpu.json`) of the FOLDERs' leases, this lists the calls that look paused: a median over
 --ratio times the same call's median in the other probes of the same FOLDER (one card, one host kind) and passes
 that disagreed by over --spread. Then, for each model whose table holds such a call, the table with that call at
-the other probes' median instead (the what-if), and the leave-one-lease-out summary (transfer.leave_one_lease_out,
+the other probes' median instead (the what-if), and the leave-one-lease-out summary (validation.leave_one_lease_out,
 each FOLDER's leases against their own, as lease_transfer.py --separately) on the probes as stored and as
 repaired. The repaired figures are a what-if on stored data, not what the tool predicts: the tool never edits a
 probe. Needs torch (a model's layer calls, gpuscale.models.nets); a layer's key carries its module's repr, which
@@ -32,6 +32,9 @@ from gpuscale.models import registry as models
 from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
+
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
 
 
 def _lookup(rows: dict, key: str) -> dict | None:
@@ -81,8 +84,8 @@ def repaired(lease: transfer.Lease, fixes: dict[str, float], calls: dict[str, di
 
 def summary(rows: list[dict]) -> list[str]:
     out = []
-    for s in transfer.summarize(rows):
-        if s["lease"] == transfer.ALL_LEASES or s["device"] == "speedup":
+    for s in validation.summarize(rows):
+        if s["lease"] == validation.ALL_LEASES or s["device"] == "speedup":
             out.append(
                 f"| {s['device']} | {Path(s['lease']).name} | {s['models']} | {s['median_abs_error_percent']:.1f}% / "
                 f"{s['worst_abs_error_percent']:.1f}% ({s['worst_model']}) | {s['coverage_percent']:.0f}% |"
@@ -121,7 +124,7 @@ def main(argv: list[str]) -> int:
             print(f"{Path(before.name).name}: tables repaired: {cells}")
         fixed_groups.append(fixed)
     for label, gs in (("as stored", groups), ("paused calls at the other probes' median (what-if)", fixed_groups)):
-        rows = [r for g in gs for r in transfer.leave_one_lease_out(g, facts)]
+        rows = [r for g in gs for r in validation.leave_one_lease_out(g, facts)]
         print(f"\nleave one lease out, probes {label}:")
         print("| device | lease | models | median / worst | inside the band |\n|---|---|---|---|---|")
         print("\n".join(summary(rows)))

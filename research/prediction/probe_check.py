@@ -21,13 +21,16 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from gpuscale.measure import probe
 from gpuscale.models import registry as models
-from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
+
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
 
 BATCH = 128
 
@@ -69,7 +72,7 @@ def main(argv: list[str]) -> int:
     for name in args.models.split(","):
         measured = step_seconds(name, args.steps, device)
         predicted = cm.compute_seconds(cal, facts[name], BATCH, 1)
-        error = checks.percent_error(predicted, measured)
+        error = validation.checks.percent_error(predicted, measured)
         errors.append(abs(error))
         path = "layer table" if cm.uses_table(cal, name) else "rates by kind"
         rows.append({"model": name, "device": device, "measured": measured, "predicted": predicted, "path": path})
@@ -91,8 +94,8 @@ def rescore(probe_path: str, check_path: str) -> int:
     print(f"{'model':20s} {'measured s/step':>16s} {'then':>8s} {'now':>8s}   (error of the probe alone)")
     for row in rows:
         predicted = cm.compute_seconds(cal, facts[row["model"]], BATCH, 1)
-        then.append(checks.percent_error(row["predicted"], row["measured"]))
-        now.append(checks.percent_error(predicted, row["measured"]))
+        then.append(validation.checks.percent_error(row["predicted"], row["measured"]))
+        now.append(validation.checks.percent_error(predicted, row["measured"]))
         print(f"{row['model']:20s} {row['measured']:16.4f} {then[-1]:+7.1f}% {now[-1]:+7.1f}%")
     for label, errors in (("then", then), ("now", now)):
         errors = [abs(e) for e in errors]

@@ -28,6 +28,9 @@ from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
 
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
+
 
 def main(argv: list[str]) -> int:
     if not argv:
@@ -41,7 +44,7 @@ def main(argv: list[str]) -> int:
         "probe alone: median / worst |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    held_out = transfer.leave_one_lease_out(leases, facts)  # each lease with its first probes
+    held_out = validation.leave_one_lease_out(leases, facts)  # each lease with its first probes
     for target in leases:
         lease_id = Path(target.name).name
         if wanted and lease_id not in wanted:
@@ -55,11 +58,11 @@ def main(argv: list[str]) -> int:
             others = [x for x in leases if x.name != target.name]
             rows = [
                 r
-                for r in transfer.leave_one_lease_out([swapped, *others], facts)
+                for r in validation.leave_one_lease_out([swapped, *others], facts)
                 if r["lease"] == target.name and r["device"] == device
             ]
             alone_rows = [
-                r for r in predict.probe_only(target.observations, facts, {device: record}) if r["device"] == device
+                r for r in validation.probe_only(target.observations, facts, {device: record}) if r["device"] == device
             ]
             alone = [abs(r["error_percent"]) for r in alone_rows]
             if not rows:
@@ -127,7 +130,7 @@ def _paired_moments(target, leases, facts, lease_id) -> None:
         swapped = dataclasses.replace(target, probes={**target.probes, **probes})
         rows = [
             r
-            for r in transfer.leave_one_lease_out([swapped, *others], facts)
+            for r in validation.leave_one_lease_out([swapped, *others], facts)
             if r["lease"] == target.name and r["device"] == "speedup"
         ]
         errors = [abs(r["error_percent"]) for r in rows]

@@ -40,6 +40,9 @@ from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
 
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
+
 DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
 DEVICES = ("cpu", "cuda")
 
@@ -125,7 +128,7 @@ def main(argv: list[str]) -> int:
         leases = [x for x in leases if every or x.probed_as_today()]
         names = {Path(x.name).name[:8] for x in leases}
         by_name = {x.name: x for x in leases}
-        draws = sum(r["device"] == "speedup" for r in transfer.leave_one_lease_out(leases, facts))
+        draws = sum(r["device"] == "speedup" for r in validation.leave_one_lease_out(leases, facts))
         floors = []
         for device in DEVICES:
             cells = {

@@ -23,21 +23,22 @@ from pathlib import Path
 
 from gpuscale.contract import record
 
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
+
 DEFAULT = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
 
 
 def default_draws() -> int:
     """The held-out speedups of the default leave-one-lease-out table (research/prediction/lease_transfer.py without
-    arguments: the folders of predict.validate_on and report.reference)."""
-    from gpuscale.contract import params as params_mod
+    arguments: the H200 lease folders of research/prediction/validation.CARDS)."""
     from gpuscale.predict import costmodel as cm
     from gpuscale.predict import prediction as predict
     from gpuscale.predict import transfer
 
-    doc = params_mod.load([Path("params.yaml")])
-    folders = list(dict.fromkeys([*doc["predict"].get("validate_on", []), *doc["report"]["reference"]]))
+    folders = list(validation.CARDS["H200"])  # the H200 leases (once predict.validate_on and report.reference)
     leases = [x for f in folders for x in transfer.leases_of(f, predict.load_records, predict.load_probes)]
-    rows = transfer.leave_one_lease_out(leases, cm.load_facts())
+    rows = validation.leave_one_lease_out(leases, cm.load_facts())
     return sum(r["device"] == "speedup" for r in rows)
 
 

@@ -22,6 +22,9 @@ from gpuscale.predict import costmodel as cm
 from gpuscale.predict import prediction as predict
 from gpuscale.predict import transfer
 
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())))
+from research.prediction import validation  # noqa: E402  (the leave-one-lease-out check lives in research/)
+
 FOLDERS = ["reference/h200-2026-12-04", "reference/h100-2026-12-05"]
 DEVICES = ("cpu", "cuda", "speedup")
 
@@ -31,7 +34,7 @@ def table(groups: list[list[transfer.Lease]], facts: dict) -> dict[tuple[str, bo
     out against its own; device cpu, cuda or speedup."""
     out = {}
     for unseen in (False, True):
-        rows = [r for g in groups for r in transfer.leave_one_lease_out(g, facts, unseen)]
+        rows = [r for g in groups for r in validation.leave_one_lease_out(g, facts, unseen)]
         for device in DEVICES:
             some = [r for r in rows if r["device"] == device and r["probed_as_today"]]
             errors = [abs(r["error_percent"]) for r in some]

@@ -57,7 +57,7 @@ STAGE_COMMANDS = {
 # values as rule params). ${item.x} is the stage's matrix value; `gpuscale.contract.params.select` resolves them.
 STAGE_PARAMS = {
     "probe": ["predict.probe_seconds", "train"],
-    "predict": ["study.devices", "report.reference", "predict.validate_on", "train.batch_size", "data.train_size"],
+    "predict": ["study.devices", "report.reference", "train.batch_size", "data.train_size"],
     "host": [],
     "data": ["data"],
     "train": ["study.on_missing_device", "study.label", "variants.${item.variant}", "train", "models.${item.model}"],

@@ -48,7 +48,6 @@ config.clear()
 config.update(PARAMS.config)
 try:  # the paths the params name, resolved and checked where the stage commands check them (contract.paths)
     gpaths.reference_folders(PARAMS.report.reference)
-    gpaths.reference_folders(PARAMS.predict.validate_on, "predict.validate_on")
     gpaths.data_path(PARAMS.data.source, PARAMS.data.path)
 except gpaths.PathError as err:
     sys.exit(f"gpuscale: params error: {err}")

@@ -1,9 +1,9 @@
-# Prediction: a probe per device (about a minute each, one timing job at a time), then the cost model's
-# tables; and, before the first training job, each pending timing job's predicted duration (onstart).
-# docs/prediction.md explains the model and its validation.
+# Prediction: a probe per device (about a minute each, one timing job at a time), then this host's predicted
+# epochs and speedups with their bands; and, before the first training job, each pending timing job's predicted
+# duration (onstart). docs/prediction.md explains them; how far they err is research/prediction/'s to measure.
 
 PREDICT_CODE = {stage: CODE[stage] for stage in ("probe", "predict")}  # computed, as for every stage (common.smk)
-PREDICT_TABLES = ["host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary"]
+PREDICT_TABLES = ["host", "constants", "skipped"]
 
 
 def probe_records():
@@ -46,7 +46,6 @@ rule predict:
     input:
         probes=probe_records(),
         reference=reference_records(),
-        validation=reference_records(config["predict"].get("validate_on") or []),
         code=PREDICT_CODE["predict"],
         models=spec_files(),  # their facts are counted again after an edit
     output:
@@ -54,12 +53,11 @@ rule predict:
     params:
         devices=lambda wildcards: config["study"]["devices"],
         reference=lambda wildcards: config["report"]["reference"],
-        validate_on=lambda wildcards: config["predict"].get("validate_on") or [],
         params_args=PARAMS_ARGS,
     log:
         "logs/predict.log",
     message:
-        "Predicting epochs and speedups; validating the cost model on the reference studies"
+        "Predicting this host's epochs and speedups, each with its band"
     shell:
         "gpuscale predict {params.params_args} --probes results/probe --out results/predict --log {log:q}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-HELP = "probe records and model facts -> predicted epochs and speedups, validated on the reference studies"
+HELP = "probe records and model facts -> this host's predicted epochs and speedups, each with its band"
 
 
 HOLDS = (".csv", ".json")  # each table as CSV and JSON
@@ -19,7 +19,20 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--model",
         help="one model (a registry name or a spec): print its predicted CPU and GPU epoch and speedup with bands for"
-        " this host, probing first where --probes has no probe of this lease; writes no tables",
+        " this host; reuses a probe of this host and boot from --probes (read only) or from the cache"
+        f" ({probecache_folder()}/<host>/), else probes into the cache; writes no tables",
+    )
+    parser.add_argument(
+        "--fresh-probe",
+        action="store_true",
+        help="with --model: probe again even where a recent probe of this host could be reused",
+    )
+    parser.add_argument(
+        "--probe-max-age",
+        type=float,
+        default=24.0,
+        metavar="HOURS",
+        help="with --model: the oldest probe of this host and boot it reuses, in hours (default: 24)",
     )
     parser.add_argument(
         "--data",
@@ -28,20 +41,26 @@ def add_arguments(parser) -> None:
     )
 
 
+def probecache_folder() -> str:
+    from gpuscale.predict import probecache
+
+    return str(probecache.CACHE)
+
+
 def check(args) -> None:
-    """The reference and validation folders, the probes and facts, and the output, before any work."""
-    from gpuscale.commands import input_folder, load_typed, writable
+    """The reference folders, the probes and facts, and the output, before any work."""
+    from gpuscale.commands import UsageError, input_folder, load_typed, writable
     from gpuscale.contract import paths
 
     config = load_typed(args)
     paths.reference_folders(config.report.reference)
-    paths.reference_folders(config.predict.validate_on, "predict.validate_on")
     inputs = [(paths.index_key("report.reference", i), f) for i, f in enumerate(config.report.reference)]
-    inputs += [(paths.index_key("predict.validate_on", i), f) for i, f in enumerate(config.predict.validate_on)]
     inputs.append(input_folder(args.probes, "--probes"))
     if args.facts:
         paths.resolve_input(args.facts, "--facts", kind="file")
         inputs.append(("--facts", args.facts))
+    if not 0 < args.probe_max_age <= 24 * 365:
+        raise UsageError(f"--probe-max-age: {args.probe_max_age:g} is out of range (allowed: more than 0 hours)")
     writable(args.out, "--out (folder)", inputs, holds=HOLDS)
     # the user's own probes stop the stage when bad; a reference folder's are skipped by the run, with a line
     # in results/predict/skipped (the report's conditions show it)
@@ -88,7 +107,6 @@ def run(args) -> int:
                 images=params.data.train_size or 50_000,
                 batch_size=params.train.batch_size,
                 facts_path=facts_path,
-                validation_folders=list(params.predict.validate_on),
             )
     except (costmodel.CostModelError, model_spec.SpecError) as err:
         print(f"gpuscale predict: error: {err}", file=sys.stderr)
@@ -130,28 +148,6 @@ def probe_paths(folder: Path, devices: list[str]) -> list[Path]:
     return list(found.values())
 
 
-def _lease_probes(folder: Path, devices: list[str], lease: str | None) -> tuple[dict[str, dict], list[str]]:
-    """The probe records of `folder` made in this lease (boot id), read, by device, and the devices that have none."""
-    import json
-
-    got, missing = {}, []
-    for device in sorted({d.split("-ddp")[0] for d in devices}):
-        try:
-            doc = json.loads((folder / f"{device}.json").read_text())
-        except (OSError, ValueError):
-            doc = None
-        same = isinstance(doc, dict) and lease is not None and (doc.get("conditions") or {}).get("lease") == lease
-        (got.__setitem__(device, doc) if same else missing.append(device))
-    return got, missing
-
-
-def _table_models(doc: dict) -> set[str] | None:
-    """The models a CPU probe's layer table timed; None where the probe holds no table (a GPU's, or one that could
-    not time any: probing again would not give one)."""
-    table = doc.get("layer_table")
-    return set(table.get("models") or {}) if isinstance(table, dict) else None
-
-
 def one_off(args, params) -> int:
     """`gpuscale predict --model SPEC`: this host's predicted epochs and speedup for one model, in seconds, with
     bands; probes of this lease are taken first where --probes lacks them (gpuscale probe, about a minute each)."""
@@ -170,7 +166,6 @@ def one_off(args, params) -> int:
 
 
 def _one_off(args, params, scratch: str) -> int:
-    import subprocess
     import sys
 
     from gpuscale.measure import envinfo
@@ -179,27 +174,12 @@ def _one_off(args, params, scratch: str) -> int:
     from gpuscale.predict import prediction as predict
 
     lease = envinfo.boot_id()
-    folder = Path(args.probes)
-    got, missing = _lease_probes(folder, list(params.study.devices), lease)
-    for device, doc in got.items():  # a CPU prices a model by its layer table: one timed without it, again
-        table = _table_models(doc)
-        if device.startswith("cpu") and table is not None and args.model not in table:
-            print(f"the probe of {device} in {folder} has no layer table of {args.model}: probing it again")
-            missing.append(device)
-    for device in missing:
-        if device not in got:
-            print(
-                f"no probe of {device} from this lease in {folder}: probing it "
-                f"(about {params.predict.probe_seconds:.0f} s)"
-            )
-        command = [sys.executable, "-m", "gpuscale", "probe", *_params_argv(args), "--device", device]
-        command += ["--model", args.model]
-        command += ["--out", str(folder / f"{device}.json")]
-        if Path(args.data, "manifest.json").is_file():
-            command += ["--data", str(args.data)]
-        if subprocess.run(command, check=False).returncode != 0:
-            print(f"gpuscale predict: error: the probe of {device} failed (see above)", file=sys.stderr)
+    paths = {}
+    for device in sorted({d.split("-ddp")[0] for d in params.study.devices}):
+        path = one_off_probe(args, params, device, envinfo.host_fingerprint(), lease)
+        if path is None:
             return 2
+        paths[device] = path
     try:
         facts_path = Path(args.facts) if args.facts else None
         if model_spec.is_spec(args.model):  # the user's own model: its facts (counted once, cached by file hash)
@@ -208,10 +188,9 @@ def _one_off(args, params, scratch: str) -> int:
         if args.model not in facts:
             print(f"gpuscale predict: error: --model: no facts for {args.model!r}", file=sys.stderr)
             return 2
-        probes = predict.load_probes([folder / f"{device}.json" for device in sorted({*got, *missing})])
-        folders = list(dict.fromkeys([*params.report.reference, *params.predict.validate_on]))
+        probes = predict.load_probes(list(paths.values()))
         skipped: list[dict] = []  # a reference folder's bad records: warned and left out, as in the study's run
-        leases = [x for f in folders if Path(f).is_dir() for x in predict.reference_leases(f, skipped)]
+        leases = [x for f in params.report.reference if Path(f).is_dir() for x in predict.reference_leases(f, skipped)]
         rows, _ = predict.host_predictions(
             probes, facts, [args.model], {}, params.data.train_size or 50_000, params.train.batch_size, leases
         )
@@ -223,8 +202,42 @@ def _one_off(args, params, scratch: str) -> int:
         for d, p in probes.items()
         if p.get("status") != "measured"
     ]
-    print(render_one_off(args.model, rows, lease, skipped))
+    print(render_one_off(args.model, rows, lease, skipped, paths))
     return 0
+
+
+def one_off_probe(args, params, device: str, fingerprint: str, lease: str | None) -> Path | None:
+    """The probe record of `device` the one-off reads: a recent one of this host and boot (the workflow's under
+    --probes, read only, else the cache's: gpuscale.predict.probecache), else a fresh one taken into the cache;
+    None when probing failed (said on stderr). Never writes under --probes."""
+    import subprocess
+    import sys
+
+    from gpuscale.models import spec as model_spec
+    from gpuscale.predict import probecache
+
+    sha = model_spec.file_sha256(args.model) if model_spec.is_spec(args.model) else None
+    if not args.fresh_probe:
+        found, passed = probecache.find(
+            device, args.model, fingerprint, lease, Path(args.probes) / f"{device}.json", sha, args.probe_max_age
+        )
+        if found is not None:
+            return found
+        for line in passed:
+            print(f"not reused: {line}")
+    out = probecache.cache_path(fingerprint, device, args.model, sha)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(
+        f"probing {device} into {out} (about {params.predict.probe_seconds:.0f} s; reused for {args.probe_max_age:g} h)"
+    )
+    command = [sys.executable, "-m", "gpuscale", "probe", *_params_argv(args), "--device", device]
+    command += ["--model", args.model, "--out", str(out)]
+    if Path(args.data, "manifest.json").is_file():
+        command += ["--data", str(args.data)]
+    if subprocess.run(command, check=False).returncode != 0:
+        print(f"gpuscale predict: error: the probe of {device} failed (see above)", file=sys.stderr)
+        return None
+    return out
 
 
 def _params_argv(args) -> list[str]:
@@ -233,9 +246,12 @@ def _params_argv(args) -> list[str]:
     return [a for path in params_files(args) for a in ("--params", str(path))]
 
 
-def render_one_off(model: str, rows: list[dict], lease: str | None, skipped: list[str] = ()) -> str:
-    """The one-off answer as a few aligned lines: each device's epoch, then the speedup, each with its band."""
-    lines = [f"{model}, predicted for this host (lease {(lease or 'unknown')[:8]}), the paper protocol:", *skipped]
+def render_one_off(
+    model: str, rows: list[dict], lease: str | None, skipped: list[str] = (), probes: dict[str, Path] | None = None
+) -> str:
+    """The one-off answer as a few aligned lines: each device's epoch, then the speedup, each with its band, and
+    the probe records it read."""
+    lines = [f"{model}, predicted for this host (boot {(lease or 'unknown')[:8]}), the paper protocol:", *skipped]
     for r in rows:
         if r["quantity"] == "speedup":
             lines.append(f"  {'speedup':8} {r['predicted']:8.1f}x   band {r['low']:.1f}x to {r['high']:.1f}x")
@@ -246,4 +262,8 @@ def render_one_off(model: str, rows: list[dict], lease: str | None, skipped: lis
             )
     how = sorted({r["calibration"] for r in rows if r["quantity"] != "speedup"})
     lines.append("  from: " + "; ".join(how))
+    if probes:
+        lines.append(
+            "  probes: " + ", ".join(str(path) for path in probes.values()) + " (--fresh-probe: take new ones)"
+        )
     return "\n".join(lines)

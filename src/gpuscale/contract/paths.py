@@ -3,7 +3,7 @@
 A path is resolved once, with `..` and links followed, and checked against where it may lead:
 - an input is the kind the key expects (a file, or a folder) and exists; a folder where a file is expected, a
   FIFO or a device (reading one would block or never end), a dangling link or a link loop is named as such;
-- a reference folder (report.reference, predict.validate_on) lies under reference/ and a model file inside the
+- a reference folder (report.reference) lies under reference/ and a model file inside the
   project (the folder the command runs in: Snakemake and DVC run every stage at the project's root), so the
   workflow tracks them and a `..` or a link cannot take them elsewhere;
 - an output given as a relative path stays inside the project once `..` and links are followed (an absolute

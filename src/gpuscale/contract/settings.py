@@ -301,11 +301,6 @@ class ReportSettings(_Section):
 class PredictSettings(_Section):
     only: bool
     probe_seconds: float
-    validate_on: tuple[str, ...] = ()
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]):
-        return cls(**{**values, "validate_on": tuple(values.get("validate_on") or ())})
 
 
 @dataclass(frozen=True)

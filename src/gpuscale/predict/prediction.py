@@ -1,15 +1,14 @@
-"""The predict stage: probe records + model facts + reference records -> prediction tables (torch-free).
+"""The predict stage: probe records + model facts + reference records -> this host's prediction tables (torch-free).
 
 Writes, under results/predict/ (each table as .csv to read and .json for the report):
-- host: predicted CPU and GPU epoch seconds and the speedup (with its band) of every registry model on
-  this host, from its probe records (refined by reference records of the same host, if any);
-- validation: leave-one-model-out on each reference study, one row per (model, device, variant) and per
-  speedup; validation_summary: median and worst absolute error per device and variant, against targets;
-- constants: every constant of every calibration used (probe-only, and fitted on each reference study);
-- paper: what the paper's three published points imply about its hardware, beside the reference host;
-- skipped: each bad record (run or probe) of a reference or validation folder, left out with a warning: its source,
-  file and why (the report's conditions list it); a bad probe of the user's own stops the stage instead.
-`tables()` reads them back, ready to render.
+- host: predicted CPU and GPU epoch seconds and the speedup, each with its band, of every study and registry model
+  on this host: each device's level from its own probe (costmodel.from_probe), and where leases of the same host
+  (fingerprint) in the reference folders measured enough models, their shape and band (predict/transfer.py);
+- constants: the constants each probe gave the cost model;
+- skipped: each bad record (run or probe) of a reference folder, left out with a warning: its source, file and why
+  (the report's conditions list it); a bad probe of the user's own stops the stage instead.
+`tables()` reads them back, ready to render. How far these predictions erred on leases held out is measured in
+research/prediction/ (validate.py), whose committed result the report and docs quote.
 """
 
 from __future__ import annotations
@@ -19,22 +18,17 @@ import io
 import json
 import logging
 import math
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from gpuscale import words
-from gpuscale.analyze import paper
 from gpuscale.contract import fsutil, recordcheck, recordset
 from gpuscale.contract import record as record_mod
-from gpuscale.predict import checks, transfer
 from gpuscale.predict import costmodel as cm
+from gpuscale.predict import transfer
 
 log = logging.getLogger("gpuscale.predict")
 
-TABLES = ("host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary", "skipped")
-MEDIAN_TARGET_PERCENT = 15.0
-WORST_TARGET_PERCENT = 35.0
+TABLES = ("host", "constants", "skipped")
 GPU_DEVICES = ("cuda", "mps")
 
 
@@ -251,207 +245,6 @@ def _model_predictions(
     return rows
 
 
-def probe_only(obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict[str, dict]) -> list[dict]:
-    """Each measured `paper` model predicted from the study's own probe records alone (no records fitted)."""
-    cals = {d: cm.from_probe(p) for d, p in probes.items() if p.get("status") == "measured"}
-    rows, by_key = [], {(o.model, o.device): o for o in obs if o.variant == "paper"}
-    for (model, device), o in sorted(by_key.items()):
-        if device not in cals:
-            continue
-        p = cm.predict_epoch(cals[device], facts[model], o.images, math.ceil(o.images / o.steps))
-        rows.append(
-            {
-                "source": f"{o.source}{words.PROBE_ONLY}",
-                "model": model,
-                "device": device,
-                "variant": "paper",
-                "quantity": "epoch_seconds",
-                "predicted": p["epoch_seconds"],
-                "measured": o.epoch_seconds,
-                "error_percent": checks.percent_error(p["epoch_seconds"], o.epoch_seconds),
-                "bound": p["bound"],
-                "calibration": "probe",
-            }
-        )
-    for model in sorted({m for m, _ in by_key}):
-        cpu = next((r for r in rows if r["model"] == model and r["device"] == "cpu"), None)
-        gpu = next((r for r in rows if r["model"] == model and r["device"] == "cuda"), None)
-        if cpu and gpu:
-            predicted, measured = cpu["predicted"] / gpu["predicted"], cpu["measured"] / gpu["measured"]
-            rows.append(
-                {
-                    **gpu,
-                    "device": "speedup",
-                    "quantity": "speedup",
-                    "predicted": predicted,
-                    "measured": measured,
-                    "error_percent": checks.percent_error(predicted, measured),
-                }
-            )
-    return rows
-
-
-def _table_prior(name: str, obs: list[cm.Observation], probes: dict[str, dict[str, dict]]) -> cm.Calibration | None:
-    """The CPU probe whose layer table prices a folder, as constants naming where it was made (table_from): the
-    folder's own, else (first in the checked order) another checked folder's CPU probe made on the same host
-    (fingerprint) as the folder's CPU records; None where neither has one. The table measures isolated layers, not
-    any folder's runs, so a probe of the same host from another machine lease may price a folder whose own lease
-    had no probe (the table's scale is fitted to the folder's records)."""
-    hosts = {o.host_fingerprint for o in obs if o.device == "cpu" and o.host_fingerprint}
-    candidates = [(name, (probes.get(name) or {}).get("cpu"))]
-    candidates += [
-        (other, probe)
-        for other, folder_probes in probes.items()
-        if other != name
-        and (probe := (folder_probes or {}).get("cpu"))
-        and probe["environment"].get("host_fingerprint") in hosts
-    ]
-    for table_from, probe in candidates:
-        if probe and probe.get("status") == "measured":
-            prior = cm.from_probe(probe)
-            if prior.table_seconds_per_image:
-                return replace(prior, table_from=table_from)
-    return None
-
-
-def _held_out_on_layer_table(
-    name: str, obs: list[cm.Observation], facts: dict[str, cm.ModelFacts], probes: dict, summary: list[dict]
-) -> list[dict]:
-    """Leave-one-model-out again, the CPU's constants fitted on a CPU probe's layer table of the same host (fixed
-    step and the table's scale) instead of FLOPs by kind: a check of its own, '(held out, layer table)'. The
-    calibration column names the folder whose probe the table came from."""
-    prior = _table_prior(name, obs, probes)
-    if prior is None or not obs:
-        return []
-    source = f"{name}{words.ON_LAYER_TABLE}"
-    paper = [o for o in obs if o.variant == "paper"]  # the table prices `paper` steps; other variants: as held out
-    rows = [{**r, "source": source} for r in checks.leave_one_model_out(paper, facts, {("cpu", "paper"): prior})]
-    for s in checks.summarize(rows, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
-        summary.append({"source": source, **s})
-    return rows
-
-
-def validation(
-    references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts], probes: dict[str, dict] | None = None
-) -> tuple[list, list, list]:
-    """Leave-one-model-out per reference study; and, where the study ships probe records (<folder>/probe/
-    <device>.json, made on its host), every model predicted from those probes alone and, where the CPU's probe
-    has a layer table (or another checked folder has a CPU probe of the same host with one), held out again with the
-    CPU fitted on that table. Each check is summarised under its own source."""
-    rows, summary, constants, observed = [], [], [], {}
-    for name, records in references.items():
-        obs = cm.observations(records, name)
-        observed.update({(name, o.model, o.device, o.variant): o for o in obs})
-        mine = _facts(records, facts)
-        folder_probes = (probes or {}).get(name) or {}
-        held_out = checks.leave_one_model_out(obs, mine)
-        for s in checks.summarize(held_out, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
-            summary.append({"source": name, **s})
-        rows += held_out + _held_out_on_layer_table(name, obs, mine, probes or {}, summary)
-        if folder_probes:
-            alone = probe_only(obs, mine, folder_probes)
-            rows += alone
-            for s in checks.summarize(alone, MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT):
-                summary.append({"source": f"{name}{words.PROBE_ONLY}", **s})
-        for device, variant in sorted({(o.device, o.variant) for o in obs}):
-            group = [o for o in obs if o.device == device and o.variant == variant]
-            cal = cm.fit(group, mine, None, device, variant)
-            constants.append({"fitted_on": f"{name} (all models)", **cal.constants()})
-    spreads = checks.measured_spreads(references)
-    for s in summary:
-        s.update(_floor(s, rows, observed, spreads))
-    return rows, summary, constants
-
-
-def _floor(summary: dict, rows: list[dict], observed: dict, spreads: dict) -> dict:
-    """What a perfect model would score in this summary's check: its rows' measurements, each as noisy as its
-    host's runs move between repeats (checks.measured_spreads; a speedup carries both epochs' noise). `floor_basis`:
-    'measured', 'lower bound' (a sampled run priced at the full-epoch spread) or 'unknown' (no floor)."""
-    folder = words.split_check(summary["source"])[0]
-    sds, bases = [], set()
-    for r in rows:
-        if (r["source"], r["device"], r["variant"]) != (summary["source"], summary["device"], summary["variant"]):
-            continue
-        devices = ("cpu", "cuda") if r["device"] == "speedup" else (r["device"],)
-        variance = 0.0
-        for device in devices:
-            o = observed.get((folder, r["model"], device, r["variant"]))
-            spread, basis = checks.spread_for(o, spreads) if o else (None, "unknown")
-            bases.add(basis)
-            if spread is not None:
-                variance += spread.observation_log_sd(o) ** 2
-        sds.append(math.sqrt(variance))
-    basis = "unknown" if "unknown" in bases or not bases else ("lower bound" if "lower bound" in bases else "measured")
-    floor = checks.noise_floor(sds if basis != "unknown" else [], MEDIAN_TARGET_PERCENT, WORST_TARGET_PERCENT)
-    return {**floor, "floor_basis": basis}
-
-
-def paper_implications(references: dict[str, list[dict]], facts: dict[str, cm.ModelFacts]) -> list[dict]:
-    """Effective training FLOP/s and images/s of the paper's CPU and GPU per model, beside each reference host."""
-    rows = []
-    for row in paper.ROWS:
-        model = row["model"]
-        f = facts.get(model)
-        if f is None:
-            continue
-        for device, seconds in (("cpu", row["cpu_seconds"]), ("cuda", row["gpu_seconds"])):
-            epoch = seconds / paper.EPOCHS
-            rows.append(
-                {
-                    "model": model,
-                    "device": device,
-                    "source": f"paper ({paper.HARDWARE['cpu_short' if device == 'cpu' else 'gpu_short']})",
-                    "epoch_seconds": epoch,
-                    "images_per_second": 50_000 / epoch,
-                    "effective_gflops_per_second": f.train_flops_per_image * 50_000 / epoch / 1e9,
-                }
-            )
-        for name, records in references.items():
-            for o in cm.observations(records, name):
-                if o.model == model and o.variant == "paper" and o.device in ("cpu", "cuda"):
-                    rows.append(
-                        {
-                            "model": model,
-                            "device": o.device,
-                            "source": name,
-                            "epoch_seconds": o.epoch_seconds,
-                            "images_per_second": o.images / o.epoch_seconds,
-                            "effective_gflops_per_second": f.train_flops_per_image * o.images / o.epoch_seconds / 1e9,
-                        }
-                    )
-    # Each source's rate on a model relative to its rate on resnet18: a CPU that keeps its rate shows 1.0.
-    base = {(r["source"], r["device"]): r["effective_gflops_per_second"] for r in rows if r["model"] == "resnet18"}
-    for r in rows:
-        ref = base.get((r["source"], r["device"]))
-        r["rate_vs_resnet18"] = r["effective_gflops_per_second"] / ref if ref else None
-        r["cost_model_epoch_seconds"] = None
-    paper_fits = paper_cost_model(facts)
-    for r in rows:
-        fitted = paper_fits.get(r["device"])
-        if fitted and r["source"].startswith("paper"):
-            cal = fitted
-            r["cost_model_epoch_seconds"] = cm.predict_epoch(cal, facts[r["model"]], 50_000, 128)["epoch_seconds"]
-    return rows
-
-
-def paper_cost_model(facts: dict[str, cm.ModelFacts]) -> dict[str, cm.Calibration]:
-    """The cost model's constants (fixed, per-layer, one rate; non-negative) fitted to the paper's three points
-    per device, where the model facts give layer counts: how close any hardware of the model's form comes."""
-    fits = {}
-    for device, column in (("cpu", "cpu_seconds"), ("cuda", "gpu_seconds")):
-        obs = [
-            cm.Observation("paper", None, r["model"], device, "paper", r[column] / paper.EPOCHS, 50_000, 391, 0.0, 1)
-            for r in paper.ROWS
-            if r["model"] in facts and facts[r["model"]].layers
-        ]
-        if len(obs) == len(paper.ROWS):
-            fixed, layer, rates = cm._fit_constants(obs, facts, None)
-            fits[device] = cm.Calibration(
-                device, "paper", "paper's three points", fixed, layer, rates, None, models=tuple(o.model for o in obs)
-            )
-    return fits
-
-
 def write_table(out: Path, name: str, rows: list[dict]) -> None:
     rows = [_round(r) for r in rows]
     fsutil.write_json(out / f"{name}.json", rows)
@@ -473,69 +266,31 @@ def run(
     images: int = 50_000,
     batch_size: int = 128,
     facts_path: Path | None = None,
-    validation_folders: list[str] | None = None,
 ) -> dict[str, list[dict]]:
-    """The prediction tables. The cost model is checked on the reference folders and on validation_folders
-    (record folders that are not shown as sources: e.g. one machine lease's runs with its probes)."""
+    """The prediction tables of this host: its probes priced by the cost model, each device's level from its own
+    probe and, where leases of the same host in the reference folders measured enough models, their shape and
+    band (predict/transfer.py). How far the method erred on held-out leases is research's to measure
+    (research/prediction/validate.py), not this stage's."""
     facts = cm.load_facts(facts_path)
     if not facts:
         log.warning(
             "no model facts file (%s): the records' total FLOPs stand in (no layer counts, no FLOPs by kind)",
             facts_path or cm.FACTS_FILE,
         )
+    for folder in reference_folders:
+        if not Path(folder).is_dir():
+            raise cm.CostModelError(f"{folder}: no such folder (report.reference); restore it or take it out")
     skipped: list[dict] = []
     references = {str(folder): reference_records(folder, skipped) for folder in reference_folders}
     reference_facts = _facts([r for rs in references.values() for r in rs], facts)
     probes = load_probes(probe_paths)
-    checked = list(dict.fromkeys([*map(str, reference_folders), *map(str, validation_folders or [])]))
-    for folder in checked:
-        if not Path(folder).is_dir():
-            raise cm.CostModelError(
-                f"{folder}: no such folder (report.reference / predict.validate_on); restore it or take it out"
-            )
-    leases = [lease for folder in checked for lease in reference_leases(folder, skipped)]
-    host, host_constants = host_predictions(probes, reference_facts, models, references, images, batch_size, leases)
-    checked_records = {folder: references.get(folder) or reference_records(folder, skipped) for folder in checked}
-    folder_probes = {
-        folder: reference_probes(sorted((Path(folder) / "probe").glob("*.json")), skipped, source_of(folder))
-        for folder in checked
-    }
-    rows, summary, ref_constants = validation(checked_records, facts, folder_probes)
-    paper_constants = [
-        {"fitted_on": "the paper's three points", **c.constants()} for c in paper_cost_model(reference_facts).values()
-    ]
-    result = {
-        "host": host,
-        "validation": rows,
-        "validation_summary": summary,
-        "constants": host_constants + ref_constants + paper_constants,
-        "paper": paper_implications(references, reference_facts),
-        # each lease held out, then each lease and each model (as a user's own model on a lease never measured)
-        "transfer": [
-            _round(r) for unseen in (False, True) for r in transfer.leave_one_lease_out(leases, reference_facts, unseen)
-        ],
-    }
-    result["transfer_summary"] = [_round(r) for r in transfer.summarize(result["transfer"])]
-    result["skipped"] = skipped
-    _write_all(out, result, summary)
-    return result
-
-
-def _write_all(out: Path, result: dict[str, list[dict]], summary: list[dict]) -> None:
-    """Every table into `out`, swapped in whole, and the validation summary's lines in the log."""
+    leases = [lease for folder in reference_folders for lease in reference_leases(folder, skipped)]
+    host, constants = host_predictions(probes, reference_facts, models, references, images, batch_size, leases)
+    result = {"host": host, "constants": constants, "skipped": skipped}
     with fsutil.atomic_directory(out) as folder:  # the set swapped in whole: a half-written one is never read
         for name, table in result.items():
             write_table(folder, name, table)
-    for s in summary:
-        log.info(
-            "%s %s %s: median %.1f%%, worst %.1f%% (%s)",
-            s["source"],
-            s["device"],
-            s["variant"],
-            s["median_abs_error_percent"],
-            s["worst_abs_error_percent"],
-            s["worst_model"],
-        )
+    return result
 
 
 def tables(folder: Path | str = "results/predict") -> dict[str, list[dict]]:
@@ -547,14 +302,11 @@ def tables(folder: Path | str = "results/predict") -> dict[str, list[dict]]:
     }
 
 
-def host_beside_reference(folder: Path | str = "results/predict") -> list[dict]:
-    """One row per registry model: this host's predicted epochs and speedup (band included), beside each
-    reference study's measured ones (the validation rows' `measured`). Columns: model, then
-    predicted_{cpu,gpu}_epoch_seconds, predicted_speedup, predicted_speedup_low/high, bound, and per reference
-    `<source>: cpu_epoch_seconds`, `<source>: gpu_epoch_seconds`, `<source>: speedup` (None where not measured)."""
-    got = tables(folder)
+def host_by_model(host: list[dict]) -> list[dict]:
+    """One row per model of the host table: predicted_{cpu,gpu}_epoch_seconds with their bands
+    (predicted_{cpu,gpu}_low/high), predicted_speedup with predicted_speedup_low/high, and the GPU's bound."""
     rows: dict[str, dict] = {}
-    for r in got["host"]:
+    for r in host:
         row = rows.setdefault(r["model"], {"model": r["model"]})
         if r["quantity"] == "speedup":
             row.update(
@@ -566,9 +318,7 @@ def host_beside_reference(folder: Path | str = "results/predict") -> list[dict]:
         else:
             side = "cpu" if r["device"] == "cpu" else "gpu"
             row[f"predicted_{side}_epoch_seconds"] = r["predicted"]
-    for r in got["validation"]:
-        if r["variant"] != "paper" or r["model"] not in rows:
-            continue
-        name = {"cpu": "cpu_epoch_seconds", "speedup": "speedup"}.get(r["device"], "gpu_epoch_seconds")
-        rows[r["model"]][f"{r['source']}: {name}"] = r["measured"]
+            row[f"predicted_{side}_low"] = r["low"]
+            row[f"predicted_{side}_high"] = r["high"]
+            row.setdefault("bound", r["bound"])
     return list(rows.values())

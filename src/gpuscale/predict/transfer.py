@@ -31,7 +31,7 @@ pipeline moves from minute to minute, the GPU does not; share, the chance that t
 under that movement (pipeline_share). A speedup's band combines its two epochs' e. Z = 1.645: a 90% band were the
 log errors normal. Where the leases whose probes were made the same way measured fewer than MIN_CALIBRATION_MODELS
 models on the device, there is no shape: the probe alone predicts, with its nominal band (probe_alone), in the
-predict stage and leave-one-lease-out alike.
+predict stage and in research/prediction/'s leave-one-lease-out alike.
 
 Torch-free (numpy through costmodel).
 """
@@ -41,11 +41,10 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscale.contract import probekind
-from gpuscale.predict import checks
 from gpuscale.predict import costmodel as cm
 
 log = logging.getLogger("gpuscale.predict")
@@ -65,12 +64,6 @@ MIN_LINE_MODELS = 5
 # coverage on the H200 leases probed as today from 86% to 71%; t >= 2 still let a few through where each model is also
 # left out of the other leases (docs/prediction.md, "The target by the model's structure")
 LINE_TEST_LEVEL = 0.05
-# the summary's groups beside each lease: every lease, and the leases whose probes the tool would make the same way now
-ALL_LEASES = "all leases"
-PROBED_AS_TODAY = "probed as today"
-# the same groups where each model was also left out of every other lease's records (leave_one_lease_out(unseen=True)):
-# a model no lease measured, as a user's own model is on a lease never measured
-UNSEEN = " (the model unmeasured too)"
 
 
 @dataclass
@@ -427,118 +420,3 @@ def probe_alone(probe: dict, facts: cm.ModelFacts, images: int = 50_000, batch_s
     p.update(low=p["epoch_seconds"] * math.exp(-e), high=p["epoch_seconds"] * math.exp(e), log_error=e)
     p["shape"] = "probe"
     return p
-
-
-def leave_one_lease_out(leases: list[Lease], facts: dict[str, cm.ModelFacts], unseen: bool = False) -> list[dict]:
-    """Each lease's measured `paper` epochs and speedups predicted from its own probes and the other leases'
-    records only, as the predict stage would predict that lease: by transfer where the other leases' probes of the
-    device were made the same way (compatible) and measured enough models (enough), else from its probe alone. A
-    lease whose probe no other lease's matches is left out (no lease of that kind to check against). unseen: each
-    model is also left out of the other leases' records, as a model no lease measured (a user's own) is predicted.
-    Rows: lease, model, device (cpu, cuda, speedup), predicted, low, high, measured, error_percent, inside (the
-    measured value within the band), shape (model|device|probe), calibration leases, unseen."""
-    rows = []
-    for target in leases:
-        others = [lease for lease in leases if lease.name != target.name]
-        per_model: dict[str, dict[str, dict]] = {}
-        for o in target.observations:
-            if o.model not in facts or o.device not in target.probes:
-                continue
-            calibration = compatible(target, others, o.device)
-            if unseen:
-                calibration = [without(lease, o.model) for lease in calibration]
-            if not calibration:
-                continue
-            batch = math.ceil(o.images / o.steps)
-            if enough(calibration, o.device):
-                got = predict(
-                    target.probes[o.device], shape(calibration, facts, o.device), facts[o.model], o.images, batch
-                )
-            else:
-                got = probe_alone(target.probes[o.device], facts[o.model], o.images, batch)
-                calibration = []
-            got["measured"] = o.epoch_seconds
-            per_model.setdefault(o.model, {})[o.device] = got
-            rows.append(
-                _row(
-                    target,
-                    o.model,
-                    o.device,
-                    got["epoch_seconds"],
-                    got["low"],
-                    got["high"],
-                    o.epoch_seconds,
-                    got["shape"],
-                    calibration,
-                    unseen,
-                )
-            )
-        for model, devices in sorted(per_model.items()):
-            gpu = next((d for d in devices if d != "cpu"), None)
-            if "cpu" in devices and gpu:
-                s = speedup(devices["cpu"], devices[gpu])
-                measured = devices["cpu"]["measured"] / devices[gpu]["measured"]
-                shapes = {devices["cpu"]["shape"], devices[gpu]["shape"]}
-                basis = "model" if shapes == {"model"} else "probe" if "probe" in shapes else "device"
-                row = _row(target, model, "speedup", s["speedup"], s["low"], s["high"], measured, basis, others, unseen)
-                rows.append(row)
-    return rows
-
-
-def without(lease: Lease, model: str) -> Lease:
-    """The lease as if it had never measured `model`."""
-    return replace(lease, observations=[o for o in lease.observations if o.model != model])
-
-
-def _row(target: Lease, model, device, predicted, low, high, measured, basis, calibration, unseen=False) -> dict:
-    return {
-        "lease": target.name,
-        "model": model,
-        "device": device,
-        "predicted": predicted,
-        "low": low,
-        "high": high,
-        "measured": measured,
-        "error_percent": checks.percent_error(predicted, measured),
-        "inside": bool(low <= measured <= high),
-        "shape": basis,
-        "calibration": ",".join(Path(lease.name).name for lease in calibration),
-        "probed_as_today": target.probed_as_today(),
-        "unseen": unseen,
-    }
-
-
-def summarize(rows: list[dict]) -> list[dict]:
-    """Per device (cpu, cuda, speedup) and per lease, all leases and (where some leases' probes were made before a
-    fix and some not) the leases probed as today: models, median and worst absolute error, the worst model, and
-    how often the measured value fell inside the band. Rows of unseen models (leave_one_lease_out(unseen=True))
-    make the same two pooled groups, named with UNSEEN, and no per-lease ones."""
-    out = []
-    groups: dict[tuple, list[dict]] = {}
-    for unseen in (False, True):
-        some = [r for r in rows if bool(r.get("unseen")) == unseen]
-        tag = UNSEEN if unseen else ""
-        for r in some:
-            groups.setdefault((r["device"], ALL_LEASES + tag), []).append(r)
-            if not unseen:
-                groups.setdefault((r["device"], r["lease"]), []).append(r)
-        today = [r for r in some if r.get("probed_as_today")]
-        if today and len(today) < len(some):
-            for r in today:
-                groups.setdefault((r["device"], PROBED_AS_TODAY + tag), []).append(r)
-    order = {ALL_LEASES: 0, PROBED_AS_TODAY: 1, ALL_LEASES + UNSEEN: 2, PROBED_AS_TODAY + UNSEEN: 3}
-    for (device, lease), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 4), kv[0][1])):
-        errors = [abs(r["error_percent"]) for r in rs]
-        worst = max(rs, key=lambda r: abs(r["error_percent"]))
-        out.append(
-            {
-                "device": device,
-                "lease": lease,
-                "models": len(rs),
-                "median_abs_error_percent": statistics.median(errors),
-                "worst_abs_error_percent": max(errors),
-                "worst_model": f"{worst['model']} ({Path(worst['lease']).name})",
-                "coverage_percent": 100.0 * sum(r["inside"] for r in rs) / len(rs),
-            }
-        )
-    return out

@@ -1,70 +1,48 @@
-"""Predicted before measuring: the predict stage's tables (gpuscale.predict), its checks and the paper's points;
-left out of the page without them."""
+"""Predicted beside measured: this host's predictions (the predict stage's host table, gpuscale.predict) beside what
+this host measured, every measurement outside its band said in words, and how far to trust the method (headline
+figures read from the committed research result, research/prediction/results/validation.json: the report
+computes no validation). Left out of the page without the predict stage's tables."""
 
 from __future__ import annotations
 
-import math
+import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze import paper
-from gpuscale.predict import checks, costmodel, transfer
 from gpuscale.predict import prediction as predict
-from gpuscale.predict.prediction import MEDIAN_TARGET_PERCENT as MEDIAN_TARGET
-from gpuscale.predict.prediction import WORST_TARGET_PERCENT as WORST_TARGET
-from gpuscale.present.page import Page, table
+from gpuscale.present.page import Page
 
 ID = "predicted"
-NAV = "Predicted before measuring"
+NAV = "Predicted beside measured"
 CHARTS = {}  # its charts (gpuscale.words.CHART_NAMES), each with the words under it
 TEMPLATE = """\
 <section id="predicted">
-<h2>Predicted before measuring</h2>
+<h2>Predicted beside measured</h2>
 <p>A cost model (docs/prediction.md) predicts each model's CPU and GPU epoch, and so its speedup, from a one-minute probe
-of each device and the model's training FLOPs by layer kind and layer count: a <strong>prediction</strong> unless a
-column says <em>measured</em>.</p>
-{% if prediction.host %}<details><summary>This host: predicted for every model ({{ prediction.host.rows|length }} rows; PREDICTION)</summary>
-{{ data_table(prediction.host, tall=True) }}
+of each device and the model's training FLOPs by layer kind and layer count, each with a band: a
+<strong>prediction</strong> unless a column says <em>measured</em>.</p>
+{% if prediction.measured %}{% if prediction.misses %}<p><strong>{{ prediction.misses|length }} measurement{{ "s" if prediction.misses|length != 1 }} of this host fell outside {{ "their" if prediction.misses|length != 1 else "its" }} band:</strong></p>
+<ul>{% for m in prediction.misses %}<li>{{ m }}</li>{% endfor %}</ul>
+{% else %}<p>Every measurement of this host fell inside its predicted band.</p>{% endif %}
+{{ data_table(prediction.measured, pin_first=True) }}{% endif %}
+{% if prediction.trust %}<p><strong>How far to trust it.</strong> {{ prediction.trust }}</p>{% endif %}
+{% if prediction.host %}<details><summary>Every model predicted for this host ({{ prediction.host.rows|length }} models; PREDICTION)</summary>
+{{ data_table(prediction.host, tall=True, pin_first=True) }}
 </details>{% else %}<p>No probe records of this host: the predict preset (<code>snakemake --cores 2 --configfile
-config/predict.yaml</code>) predicts each model here in a few minutes. The checks below use the probes the study
-folders ship.</p>{% endif %}
-{% if prediction.transfer %}<h3>A lease never measured</h3>
-<p>A machine lease has its own pace, so each lease is predicted from its own probes, with the other leases' records
-setting only each model's shape (docs/prediction.md): the check a new user's machine faces.{% if
-prediction.transfer_today %} Rows "probed as today" pool the leases whose probes were made as the tool makes them
-now; the others' probes predate a fix.{% endif %}{% if prediction.transfer_unseen %} Rows "(the model unmeasured
-too)" leave each model out of every other lease's records as well: how a model no lease has measured, such as your
-own, is predicted on a new lease.{% endif %}</p>
-{{ data_table(prediction.transfer, pin_first=True) }}{% endif %}
-{% if prediction.verdicts.targets %}<h3>How good are the predictions?</h3>
-{% for v in prediction.verdicts.targets %}<p>{{ v }}</p>{% endfor %}
-{% if prediction.speedup_checks %}{{ data_table(prediction.speedup_checks, pin_first=True) }}{% endif %}
-<p>The checks, on study folders of measured records (targets, for the speedup: {{ prediction.targets }}):</p>
-<ul>{% for check, meaning in prediction.check_key.items() %}<li><strong>{{ check }}</strong>: {{ meaning }}</li>{% endfor %}
-<li><strong>noise floor</strong>: each check's measured epochs redrawn {{ prediction.floor_draws }} times with the spread
-this host's runs show between repeats (one steady epoch against the next, seeds against each other), exact predictions
-scored against them: what a perfect model would typically score (an imperfect one can score below it by luck, not
-often)</li></ul>{% endif %}
-{% if prediction.summary %}<details><summary>Per device: the CPU and GPU epochs checked, check by check (table)</summary>
-{{ data_table(prediction.summary, pin_first=True) }}
-</details>
-<details><summary>Where it misses: every paper-variant prediction beyond {{ prediction.worst_target }}, and every checked prediction</summary>
-{% if prediction.verdicts.misses %}<ul>{% for v in prediction.verdicts.misses %}<li>{{ v }}</li>{% endfor %}</ul>{% endif %}
-{% if prediction.rows %}<details><summary>Every checked prediction ({{ prediction.rows.rows|length }} rows)</summary>
-{{ data_table(prediction.rows, tall=True) }}
-</details>{% endif %}
-</details>{% endif %}
-{% if prediction.paper %}<h3>What the paper's three points imply about its hardware</h3>
-{% if prediction.paper_verdicts.main %}<ul>{% for v in prediction.paper_verdicts.main %}<li>{{ v }}</li>{% endfor %}</ul>{% endif %}
-<details><summary>Training rates on each model, the paper's and the reference host's, and the cost model fitted to the paper's points</summary>
-<ul>{% for v in prediction.paper_verdicts.rates %}<li>{{ v }}</li>{% endfor %}</ul>
-{{ data_table(prediction.paper) }}
-</details>{% endif %}
+config/predict.yaml</code>) predicts each model here in a few minutes, and <code>gpuscale predict --model NAME</code> one
+model.</p>{% endif %}
 </section>
 """  # noqa: E501 (the page's markup, line for line)
+
+PREDICTION_LABEL = "PREDICTION"
+# the research result whose headline figures say how far to trust the method (research/prediction/validate.py)
+VALIDATION_RESULT = Path("research") / "prediction" / "results" / "validation.json"
+VALIDATION_LINK = "research/prediction/results/validation.md"
 
 
 def context(page: Page) -> dict | None:
@@ -72,27 +50,32 @@ def context(page: Page) -> dict | None:
     return None if section is None else {"prediction": section}
 
 
-PREDICTION_LABEL = "PREDICTION"
-
-
 def load_predictions(folder: Path | str | None) -> dict | None:
-    """The predict stage's tables (gpuscale.predict.prediction.tables) and its per-model view, or None without
-    the folder."""
+    """The predict stage's tables (gpuscale.predict.prediction.tables) and their per-model view (`beside`), or None
+    without the folder."""
     if folder is None or not Path(folder).is_dir():
         return None
     got = predict.tables(folder)
-    got["beside"] = predict.host_beside_reference(folder)
+    got["beside"] = predict.host_by_model(got["host"])
     return got
 
 
-def _frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+def validation_headline(path: Path | str | None = None) -> list[dict]:
+    """The headline rows of the committed research result ([] where the file is not there: a copy of the package
+    without research/)."""
+    candidates = [Path(path)] if path else [VALIDATION_RESULT, Path(__file__).resolve().parents[4] / VALIDATION_RESULT]
+    for candidate in candidates:
+        try:
+            doc = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        return doc.get("headline") or []
+    return []
 
 
 def measured_here(runs: pl.DataFrame | None) -> dict[str, dict]:
-    """This study's own measured epochs (paper variant, no sweeps) per model, for the prediction beside them:
-    {model: {"this study: cpu_epoch_seconds": s, ..., "train_flops_per_image": f}}; the steady median where a
-    run has steady epochs, else its mean epoch (a one-epoch check)."""
+    """This study's own measured epochs (paper variant, no sweeps) per model: {model: {"cpu": s, "gpu": s}}, the
+    steady median where a run has steady epochs, else its mean epoch (a one-epoch check), the median over seeds."""
     if runs is None or runs.is_empty():
         return {}
     mine = runs.filter(
@@ -101,302 +84,210 @@ def measured_here(runs: pl.DataFrame | None) -> dict[str, dict]:
         & (pl.col("variant") == "paper")
         & pl.col("sweep_parameter").is_null()
     )
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, list[float]]] = {}
     for r in mine.to_dicts():
-        side = "cpu" if r["device"] == "cpu" else "gpu"
         seconds = r["steady_epoch_seconds_median"] or r["epoch_seconds_mean"]
-        row = out.setdefault(r["model"], {"train_flops_per_image": r["train_flops_per_image"]})
-        row.setdefault(f"this study: {side}_epoch_seconds", []).append(seconds)
-    return {
-        model: {k: (statistics.median(v) if isinstance(v, list) else v) for k, v in row.items()}
-        for model, row in out.items()
-    }
+        if seconds:
+            side = "cpu" if r["device"] == "cpu" else "gpu"
+            out.setdefault(r["model"], {}).setdefault(side, []).append(seconds)
+    return {model: {side: statistics.median(v) for side, v in sides.items()} for model, sides in out.items()}
 
 
-def predicted_host_table(pred: dict, runs: pl.DataFrame | None = None) -> dict | None:
-    """This host's predicted epochs and speedups per model (the registry's and the study's own), beside what this
-    study measured and each reference study's measurements."""
-    flops = {name: f.train_flops_per_image for name, f in costmodel.load_facts().items()}
-    here = measured_here(runs)
-    rows = [
-        {**r, **here.get(r["model"], {}), "train_flops_per_image": flops.get(r["model"])}
-        for r in pred["beside"]
-        if any(k.startswith("predicted_") for k in r)
-    ]
-    for r in rows:
-        r["train_flops_per_image"] = r["train_flops_per_image"] or here.get(r["model"], {}).get("train_flops_per_image")
-    if not rows:
-        return None
-    rows.sort(key=lambda r: (r["train_flops_per_image"] is None, r["train_flops_per_image"] or 0, r["model"]))
-    first = [
-        "model",
-        "train_flops_per_image",
-        "predicted_cpu_epoch_seconds",
-        "predicted_gpu_epoch_seconds",
-        "predicted_speedup",
-    ]
-    band = ["predicted_speedup_low", "predicted_speedup_high", "bound"]
-    measured = sorted({k for r in rows for k in r if ": " in k}, key=lambda k: (not k.startswith("this study"), k))
-    frame = _frame([{c: r.get(c) for c in first + band + measured} for r in rows])
-    columns = [c for c in first + band + measured if c in frame.columns and not frame[c].is_null().all()]
-    return table(
-        "predicted_host",
-        f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), beside what this study "
-        "measured (its own models included) and what the reference studies measured on theirs",
-        frame,
-        columns,
-    )
+# ----------------------------------------------------------------------------- the tables, each column declared
+
+# (key in the row, header words with the unit, the cell's format)
+Column = tuple[str, str, Callable[[dict], str]]
 
 
-def transfer_table(pred: dict) -> dict | None:
-    """Leave one lease out (predict/transfer.py): per device and lease, each lease predicted from its own probes
-    and the other leases' records only."""
-    rows = pred.get("transfer_summary") or []
-    if not rows:
-        return None
-    frame = _frame(
-        [
-            {
-                "device": r["device"],
-                "held_out": Path(r["lease"]).name,
-                "models": r["models"],
-                "median_abs_error_percent": r["median_abs_error_percent"],
-                "worst_abs_error_percent": r["worst_abs_error_percent"],
-                "worst_model": r["worst_model"],
-                "inside_band_percent": r["coverage_percent"],
-            }
-            for r in rows
-        ]
-    )
-    return table(
-        "transfer",
-        f"Each machine lease PREDICTED from its own probes and the other leases' records only (leave one lease out; "
-        f"targets for the speedup: median at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%, "
-        "the measured value inside the 90% band at least 80% of the time)",
-        frame,
-        list(frame.columns),
-    )
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.3g}" if value < 10 else f"{value:,.1f}"
 
 
-def _by_check(rows: list[dict]) -> list[dict]:
-    """Validation rows with their source split into the study folder and the check (words.check_of)."""
-    out = []
-    for r in rows:
-        study, check = words.check_of(r["source"])
-        out.append({"study": study, "check": check, **{k: v for k, v in r.items() if k != "source"}})
-    return out
+def _times(value: float | None) -> str:
+    """A speedup, its unit (×) in the header or the words beside it."""
+    return "—" if value is None else f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
-def validation_summary_table(pred: dict) -> dict | None:
-    rows = pred["validation_summary"]
-    if not rows:
-        return None
-    columns = [c for c in SPEEDUP_CHECK_COLUMNS if c not in ("meets_target", "floor_meets_target_share")]
-    columns.insert(columns.index("variant"), "device")
-    rows = [{c: r.get(c) for c in columns} for r in _by_check(rows)]
-    return table(
-        "validation_summary",
-        "The cost model's checks per device: the CPU epoch, the GPU epoch and the speedup, each beside its noise "
-        "floor (the speedup's targets and the share of repeats meeting them: the table above)",
-        _frame(rows),
-        columns,
-    )
+def _with_band(key: str, fmt: Callable[[float | None], str]) -> Callable[[dict], str]:
+    def cell(row: dict) -> str:
+        value, low, high = row.get(key), row.get(f"{key}_low"), row.get(f"{key}_high")
+        if value is None:
+            return "—"
+        band = f" ({fmt(low)}–{fmt(high)})" if low is not None and high is not None else ""
+        return fmt(value) + band
+
+    return cell
 
 
-SPEEDUP_CHECK_COLUMNS = [
-    "study",
-    "check",
-    "variant",
-    "models",
-    "median_abs_error_percent",
-    "worst_abs_error_percent",
-    "worst_model",
-    "meets_target",
-    "floor_median_percent",
-    "floor_worst_percent",
-    "floor_meets_target_share",
+def _measured(key: str, fmt: Callable[[float | None], str]) -> Callable[[dict], str]:
+    def cell(row: dict) -> str:
+        value = row.get(key)
+        if value is None:
+            return "—"
+        return fmt(value) + (" (outside)" if _outside(row, key.removeprefix("measured_")) else "")
+
+    return cell
+
+
+def _outside(row: dict, side: str) -> bool:
+    value, low, high = row.get(f"measured_{side}"), row.get(f"predicted_{side}_low"), row.get(f"predicted_{side}_high")
+    return None not in (value, low, high) and not low <= value <= high
+
+
+PREDICTED: list[Column] = [
+    ("model", "model", lambda r: r["model"]),
+    ("predicted_cpu", "CPU epoch, PREDICTED (s, band)", _with_band("predicted_cpu", _seconds)),
+    ("predicted_gpu", "GPU epoch, PREDICTED (s, band)", _with_band("predicted_gpu", _seconds)),
+    ("predicted_speedup", "speedup, PREDICTED (×, band)", _with_band("predicted_speedup", _times)),
+]
+BESIDE: list[Column] = [
+    PREDICTED[0],
+    PREDICTED[1],
+    ("measured_cpu", "CPU epoch, measured (s)", _measured("measured_cpu", _seconds)),
+    PREDICTED[2],
+    ("measured_gpu", "GPU epoch, measured (s)", _measured("measured_gpu", _seconds)),
+    PREDICTED[3],
+    ("measured_speedup", "speedup, measured (×)", _measured("measured_speedup", _times)),
 ]
 
 
-def speedup_checks_table(pred: dict) -> dict | None:
-    """The speedup's errors, one row per check, beside the noise floor: what a perfect model would score against
-    the same measurements. Where the floor is a lower bound (sampled runs priced at the full-epoch spread), says so."""
-    rows = [r for r in pred["validation_summary"] if r["device"] == "speedup"]
-    if not rows:
-        return None
-    # meets_target as words, in the cells and in the table's CSV alike
-    out = [
-        {**{c: r.get(c) for c in SPEEDUP_CHECK_COLUMNS}, "meets_target": "yes" if r["meets_target"] else "no"}
-        for r in _by_check(rows)
-    ]
-    lower = any(r.get("floor_basis") == "lower bound" for r in rows)
-    return table(
-        "speedup_checks",
-        f"The predicted speedup, check by check (targets: median error at most {MEDIAN_TARGET:.0f}%, worst at most "
-        f"{WORST_TARGET:.0f}%), beside the noise floor: what a perfect model would score against the same "
-        "measurements, given how much they move between repeats"
-        + (" (for sampled runs a lower bound)" if lower else ""),
-        _frame(out),
-        SPEEDUP_CHECK_COLUMNS,
-    )
+def _table(name: str, caption: str, rows: list[dict], columns: list[Column]) -> dict:
+    """A table for the template (page.table's shape): each column's header and format declared with it; the CSV
+    holds the numbers, bands included."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    frame = pl.DataFrame([{k: r.get(k) for k in keys} for r in rows], infer_schema_length=None)
+    return {
+        "name": name,
+        "caption": caption,
+        "header": [header for _, header, _ in columns],
+        "rows": [[{"text": fmt(r), "href": None} for _, _, fmt in columns] for r in rows],
+        "csv": frame.write_csv(),
+    }
 
 
-def validation_rows_table(pred: dict) -> dict | None:
-    rows = pred["validation"]
-    if not rows:
-        return None
-    columns = [
-        "study",
-        "check",
-        "model",
-        "device",
-        "variant",
-        "predicted",
-        "measured",
-        "error_percent",
-        "bound",
-        "calibration",
-    ]
-    return table(
-        "validation",
-        "Every checked prediction against its measurement (epochs in seconds, the speedup as a ratio)",
-        _frame(_by_check(rows)),
-        columns,
-    )
-
-
-def paper_table(pred: dict) -> dict | None:
-    rows = pred["paper"]
-    if not rows:
-        return None
-    return table("paper_rates", "The paper's three points and the reference host's, as training rates", _frame(rows))
-
-
-def validation_verdicts(pred: dict) -> dict[str, list[str]]:
-    """targets: over every check, how many meet the speedup's targets, the best of them, and where the measurements
-    themselves are too noisy to test the targets (the speedup table gives each check);
-    misses: the predictions beyond the worst-case target on each device."""
-    out, misses_out = [], []
-    speedups = [s for s in pred["validation_summary"] if s["device"] == "speedup"]
-    if speedups:
-        out.append(_overall_verdict(speedups))
-    misses = [r for r in pred["validation"] if r["variant"] == "paper" and abs(r["error_percent"]) > WORST_TARGET]
-    # one line per check (a folder's held-out fits, or its probe alone: those rows' source says so) and quantity
-    by_check: dict[tuple[str, str], list[dict]] = {}
-    for r in misses:
-        by_check.setdefault((r["source"], r["device"]), []).append(r)
-    for source in dict.fromkeys(source for source, _ in by_check):
-        study, check = words.check_of(source)
-        for device in ("cpu", "cuda", "speedup"):
-            found = sorted(by_check.get((source, device), []), key=lambda r: -abs(r["error_percent"]))
-            if found:
-                listed = ", ".join(
-                    f"{r['model']} {words.percent(r['error_percent'] / 100, 0, sign=True)}" for r in found
-                )
-                what = "speedup" if device == "speedup" else f"{words.device(device)} epoch"
-                misses_out.append(
-                    f"{study}, {check}: beyond {WORST_TARGET:.0f}% on the {what} (paper variant): {listed}."
-                )
-    return {"targets": out, "misses": misses_out}
-
-
-def _overall_verdict(speedups: list[dict]) -> str:
-    """One paragraph over every check's speedup: how many meet both targets; per target, how many checks meet it
-    and the best; which folders' measurements are too noisy to test the targets (a perfect model would meet both
-    in fewer than half the repeats)."""
-    met = [s for s in speedups if s["meets_target"]]
-
-    def named(s: dict) -> str:
-        study, check = words.check_of(s["source"])
-        return f"{study}, {check}" + (f", {s['variant']} variant" if s["variant"] != "paper" else "")
-
-    def target(what: str, key: str, limit: float) -> str:
-        ok = [s for s in speedups if s[key] <= limit]
-        best = min(speedups, key=lambda s: s[key])
-        count = f"met by {len(ok)} of {len(speedups)} checks" if ok else "met by none"
-        return f"{what} ({limit:.0f}%): {count}, best {best[key]:.1f}% ({named(best)})."
-
-    verdict = f"{len(met)} of {len(speedups)} checks meet both targets." if met else "No check meets both targets."
-    noisy = [
-        s for s in speedups if s.get("floor_meets_target_share") is not None and s["floor_meets_target_share"] < 0.5
-    ]
-    floor = ""
-    if noisy:
-        folders = sorted({words.check_of(s["source"])[0] for s in noisy})
-        listed = folders[0] if len(folders) == 1 else f"{', '.join(folders[:-1])} and {folders[-1]}"
-        shares = [s["floor_meets_target_share"] for s in noisy]
-        low, high = min(shares), max(shares)
-        span = words.percent(low, 0) if low == high else f"{words.percent(low, 0)}–{words.percent(high, 0)}"
-        floor = (
-            f" The measurements of {listed} are too noisy to test the targets: there a perfect model "
-            f"would meet both in only {span} of repeats."
+def _rows(pred: dict) -> list[dict]:
+    """The host table per model, the band's keys named as _table's cells read them."""
+    out = []
+    for r in pred["beside"]:
+        row = {"model": r["model"]}
+        for side in ("cpu", "gpu"):
+            row[f"predicted_{side}"] = r.get(f"predicted_{side}_epoch_seconds")
+            row[f"predicted_{side}_low"], row[f"predicted_{side}_high"] = (
+                r.get(f"predicted_{side}_low"),
+                r.get(f"predicted_{side}_high"),
+            )
+        row["predicted_speedup"] = r.get("predicted_speedup")
+        row["predicted_speedup_low"], row["predicted_speedup_high"] = (
+            r.get("predicted_speedup_low"),
+            r.get("predicted_speedup_high"),
         )
-    median = target("Median target", "median_abs_error_percent", MEDIAN_TARGET)
-    worst = target("Worst-case target", "worst_abs_error_percent", WORST_TARGET)
-    return f"{verdict} {median} {worst}{floor}"
+        row["bound"] = r.get("bound")
+        out.append(row)
+    return out
 
 
-def paper_verdicts(pred: dict) -> dict[str, list[str]]:
-    """What the paper's three points imply about its hardware. main: where the cost model's own form cannot give a
-    paper point; rates: each source's training rate on resnet50 against its rate on resnet18, and the fits."""
-    out, main = [], []
-    rows = pred["paper"]
-    for device in ("cpu", "cuda"):
-        for source in sorted({r["source"] for r in rows if r["device"] == device}):
-            by_model = {r["model"]: r for r in rows if r["source"] == source and r["device"] == device}
-            if "resnet18" in by_model and "resnet50" in by_model:
-                a, b = by_model["resnet18"], by_model["resnet50"]
-                out.append(
-                    f"{words.source_short(source)}, {words.device(device)}: resnet18 at "
-                    f"{a['effective_gflops_per_second']:,.0f} GFLOP/s, resnet50 at "
-                    f"{b['effective_gflops_per_second']:,.0f} ({b['rate_vs_resnet18']:.2f} of its resnet18 rate)."
-                )
-    for device in ("cpu", "cuda"):
-        fitted = [r for r in rows if r["device"] == device and r.get("cost_model_epoch_seconds")]
-        if fitted:
-            listed = ", ".join(
-                f"{r['model']} {r['cost_model_epoch_seconds']:.1f} s against {r['epoch_seconds']:.1f} s "
-                f"({words.percent(r['cost_model_epoch_seconds'] / r['epoch_seconds'] - 1, 0, sign=True)})"
-                for r in fitted
-            )
+def beside_measured(pred: dict, runs: pl.DataFrame | None) -> list[dict]:
+    """The models this host both predicted and measured: each row's predictions with their bands and the
+    measurements (the speedup as this host's CPU epoch over its GPU epoch)."""
+    here = measured_here(runs)
+    rows = []
+    for row in _rows(pred):
+        got = here.get(row["model"])
+        if not got:
+            continue
+        cpu, gpu = got.get("cpu"), got.get("gpu")
+        rows.append(
+            {**row, "measured_cpu": cpu, "measured_gpu": gpu, "measured_speedup": cpu / gpu if cpu and gpu else None}
+        )
+    return rows
+
+
+def misses(rows: list[dict]) -> list[str]:
+    """Each measurement outside its band, in words: what was measured, what was predicted, by how much it missed."""
+    out = []
+    what = {
+        "cpu": ("CPU epoch", _seconds, " s"),
+        "gpu": ("GPU epoch", _seconds, " s"),
+        "speedup": ("speedup", _times, "×"),
+    }
+    for r in rows:
+        for side, (name, fmt, unit) in what.items():
+            if not _outside(r, side):
+                continue
+            measured, predicted = r[f"measured_{side}"], r[f"predicted_{side}"]
+            low, high = r[f"predicted_{side}_low"], r[f"predicted_{side}_high"]
+            ratio = measured / predicted
+            how = f"{ratio:.1f} times the prediction" if ratio >= 1 else f"{1 / ratio:.1f} times below the prediction"
             out.append(
-                f"The cost model's form (fixed step cost, per-layer cost, one rate) fitted to the paper's three "
-                f"{words.device(device)} points: {listed}."
+                f"{r['model']}, {name}: measured {fmt(measured)}{unit}, predicted {fmt(predicted)}{unit} (band "
+                f"{fmt(low)}–{fmt(high)}{unit}): {how}, {'above' if measured > high else 'below'} its band."
             )
-            worst = max(fitted, key=lambda r: abs(math.log(r["epoch_seconds"] / r["cost_model_epoch_seconds"])))
-            ratio = worst["epoch_seconds"] / worst["cost_model_epoch_seconds"]
-            if abs(math.log(ratio)) > math.log(1 + WORST_TARGET / 100):
-                main.append(
-                    f"No hardware of the cost model's form gives the paper's {words.device(device)} {worst['model']} "
-                    f"epoch: it is {ratio:.1f} times what the form fits to all three points, so that one figure, "
-                    "not the device, sets the paper's speedup for it."
-                )
-    return {"main": main, "rates": out}
+    return out
+
+
+def trust(headline: list[dict], calibrations: set[str]) -> str | None:
+    """How far the method erred where it was checked (the research result's headline), in one paragraph: the
+    figures that apply to this host's predictions first (the probe alone, or a calibration by leases)."""
+    speedups = [h for h in headline if h["quantity"] == "speedup"]
+    if not speedups:
+        return None
+
+    def said(h: dict) -> str:
+        return (
+            f"{h['card']}: median error {h['median_abs_error_percent']:.0f}%, "
+            f"worst {h['worst_abs_error_percent']:.0f}%, "
+            f"inside the band {h['inside_band_percent']:.0f}% of {h['predictions']}"
+        )
+
+    alone = [h for h in speedups if h["model"].startswith("probe alone")]
+    calibrated = [h for h in speedups if h["model"] == "unmeasured"]
+    parts = []
+    if alone:
+        parts.append(
+            "From the probe alone, the speedup of the reference hosts' leases: " + "; ".join(map(said, alone)) + "."
+        )
+    if calibrated:
+        parts.append(
+            "Calibrated by other leases of the same host, for a model none of them measured: "
+            + "; ".join(map(said, calibrated))
+            + "."
+        )
+    uses = "the probe alone" if calibrations <= {"probe"} else "a calibration by leases of this host"
+    return (
+        f"This host's predictions come from {uses}. " + " ".join(parts) + " These are server hosts' figures; a host "
+        "unlike them can miss by more, which the flags above show. The tables per lease and folder: "
+        f"{VALIDATION_LINK} (docs/prediction.md, 'How far it erred')."
+    )
 
 
 def prediction_section(pred: dict | None, runs: pl.DataFrame | None = None) -> dict | None:
-    """Everything the 'Predicted before measuring' section shows; None without the predict stage's tables."""
+    """Everything the 'Predicted beside measured' section shows; None without the predict stage's tables."""
     if pred is None:
         return None
+    beside = beside_measured(pred, runs)
+    every = sorted(_rows(pred), key=lambda r: (r["predicted_cpu"] is None, r["predicted_cpu"] or 0.0, r["model"]))
+    calibrations = {r["calibration"].split(" ")[0] for r in pred["host"] if r["quantity"] != "speedup"}
     return {
-        "host": predicted_host_table(pred, runs),
-        "transfer": transfer_table(pred),
-        "transfer_today": any(r["lease"] == transfer.PROBED_AS_TODAY for r in pred.get("transfer_summary") or []),
-        "transfer_unseen": any(r["lease"].endswith(transfer.UNSEEN) for r in pred.get("transfer_summary") or []),
-        "summary": validation_summary_table(pred),
-        "speedup_checks": speedup_checks_table(pred),
-        "verdicts": validation_verdicts(pred),
-        "targets": f"median error at most {MEDIAN_TARGET:.0f}%, worst at most {WORST_TARGET:.0f}%",
-        "worst_target": f"{WORST_TARGET:.0f}%",
-        "floor_draws": f"{checks.FLOOR_DRAWS:,}",
-        "check_key": {
-            check: meaning
-            for check, meaning in words.CHECK_KEY.items()
-            if check in {words.check_of(s["source"])[1] for s in pred["validation_summary"]}
-        },
-        "rows": validation_rows_table(pred),
-        "paper": paper_table(pred),
-        "paper_verdicts": paper_verdicts(pred),
+        "measured": _table(
+            "predicted_measured",
+            f"{PREDICTION_LABEL}S for this host beside what it measured ('outside': beyond the band)",
+            beside,
+            BESIDE,
+        )
+        if beside
+        else None,
+        "misses": misses(beside),
+        "trust": trust(validation_headline(), calibrations) if pred["host"] else None,
+        "host": _table(
+            "predicted_host",
+            f"{PREDICTION_LABEL}S for this host (from its probe records, not measured), fastest CPU epoch first",
+            every,
+            PREDICTED,
+        )
+        if every
+        else None,
     }
 
 
@@ -410,7 +301,7 @@ def predicted_for_host(pred: dict | None) -> str | None:
         papers = {p["model"] for p in paper.ROWS}
         shown = [r for i, r in enumerate(rows) if r["model"] in papers or i in (0, len(rows) - 1)]
         listed = ", ".join(f"{r['model']} {words.times(r['predicted_speedup'])}" for r in shown)
-        more = f" ({len(rows)} models in Predicted before measuring)" if len(shown) < len(rows) else ""
+        more = f" ({len(rows)} models in {NAV})" if len(shown) < len(rows) else ""
         return f"{PREDICTION_LABEL} for this host (from its probe, not measured): GPU speedups {listed}{more}."
     cpu = [r for r in pred["beside"] if r.get("predicted_cpu_epoch_seconds") is not None]
     if cpu:
@@ -420,6 +311,6 @@ def predicted_for_host(pred: dict | None) -> str | None:
         )
         return (
             f"{PREDICTION_LABEL} for this host (from its CPU probe, not measured; the probe found no GPU): CPU "
-            f"seconds per epoch {listed}" + (" and more (see Predicted before measuring)." if len(cpu) > 8 else ".")
+            f"seconds per epoch {listed}" + (f" and more (see {NAV})." if len(cpu) > 8 else ".")
         )
     return None

@@ -1,1 +1,0 @@
-../../../../src/gpuscale/analyze/__init__.py

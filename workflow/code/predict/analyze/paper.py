@@ -1,1 +1,0 @@
-../../../../src/gpuscale/analyze/paper.py

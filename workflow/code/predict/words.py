@@ -1,1 +1,0 @@
-../../../src/gpuscale/words.py

@@ -1,1 +1,0 @@
-../../../../src/gpuscale/predict/checks.py
