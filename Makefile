@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Overlay params files for the main job, e.g. CONFIGS="config/quick.yaml config/cifar10-jpeg.yaml"
+# Overlay params files for the main job, e.g. CONFIGS="config/cifar10-jpeg.yaml" (chosen with `gpuscale use`)
 CONFIGS ?=
 CORES ?= 4
 # Which torch build: default = PyPI's (CUDA 13 on Linux x86_64, hash-checked from the lock); cpu = CPU wheels
@@ -17,7 +17,7 @@ LOCK := requirements/lock.txt
 
 install: $(VENV)/.installed
 
-# Every path reaches the shell quoted ($(call q,...)); the overlays are validated first (one line, file and line).
+# Every path reaches the shell quoted ($(call q,...)); `gpuscale use` validates the overlays first (one line, file and line).
 q = '$(subst ','\'',$(1))'
 OVERLAYS = $(foreach f,$(CONFIGS),$(call q,$(f)))
 
@@ -53,13 +53,15 @@ lint: install
 	$(call q,$(BIN)/ruff) format --check src tests benchmarks research requirements
 	$(call q,$(BIN)/lint-imports) --no-cache
 
+# Both choose the overlays first (`gpuscale use`: kept in .gpuscale/, so plain `snakemake` and `dvc repro` then run the
+# same study): reproduce the study of params.yaml (with CONFIGS on top), quick the quick preset (with CONFIGS on top).
 reproduce: install
-	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml $(foreach f,$(OVERLAYS),--params $(f)) \
-	  && snakemake --cores $(call q,$(CORES)) $(if $(strip $(CONFIGS)),--configfile $(OVERLAYS))
+	source $(call q,$(BIN)/activate) && gpuscale use $(if $(strip $(CONFIGS)),$(OVERLAYS),--none) \
+	  && snakemake --cores $(call q,$(CORES))
 
 quick: install
-	source $(call q,$(BIN)/activate) && gpuscale validate --params params.yaml --params config/quick.yaml $(foreach f,$(OVERLAYS),--params $(f)) \
-	  && snakemake --cores $(call q,$(CORES)) --configfile config/quick.yaml $(OVERLAYS)
+	source $(call q,$(BIN)/activate) && gpuscale use config/quick.yaml $(OVERLAYS) \
+	  && snakemake --cores $(call q,$(CORES))
 
 test: install browser slurm
 	source $(call q,$(BIN)/activate) && pytest -q $(PYTEST_ARGS)

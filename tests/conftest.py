@@ -70,7 +70,17 @@ def copy_project(dest: Path, git: bool = False) -> Path:
             ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"],
         ):
             subprocess.run(argv, cwd=dest, check=True, capture_output=True)
+    use_params(dest)
     return dest
+
+
+def use_params(repo: Path) -> None:
+    """What `gpuscale use` writes once in a fresh clone (git-ignored .gpuscale/: the merged params and what dvc.yaml's
+    templates read): DVC cannot parse dvc.yaml without it. Again after an edit to params.yaml's study or sweeps lists,
+    where a test then runs DVC (Snakemake brings it up to date itself)."""
+    from gpuscale.commands import use
+
+    use.refresh(repo)
 
 
 def write_yaml(path: Path, value: dict) -> Path:

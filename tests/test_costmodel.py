@@ -521,10 +521,16 @@ def test_the_estimate_prints_each_pending_job_and_past_an_hour_the_faster_routes
     total = estimate.run(config, tmp_path / "probe", echo=lines.append)
     # 10 epochs of 391 steps at 1 + 10 * 0.1 s plus 50,000 images at 2e-3 s, evaluation 10,000 * 2e-3 / 3,
     # and 50 phase-profile steps
+    # and 50 phase-profile steps; then the job's start and the other jobs' allowances (data, probe, light stages)
     epoch = 391 * 2.0 + 50_000 * 2e-3
-    assert total == pytest.approx(10 * (epoch + 10_000 * 2e-3 / 3) + 50 * epoch / 391, rel=1e-12)
+    timing = estimate.JOB_START_SECONDS + 10 * (epoch + 10_000 * 2e-3 / 3) + 50 * epoch / 391
+    others = {"data/prepared": estimate.DATA_SECONDS + 60_000 * estimate.DATA_SECONDS_PER_IMAGE}
+    others["results/probe/cpu.json"] = config["predict"]["probe_seconds"] + estimate.PROBE_OVERHEAD_SECONDS
+    others.update({f"the {name} stage": seconds for name, seconds in estimate.LIGHT_STAGE_SECONDS.items()})
+    assert total == pytest.approx(timing + sum(others.values()), rel=1e-12)
     assert lines[1].startswith("  results/runs/resnet18/cpu/paper-seed0.json: 2.5 h [probe ")
-    assert len([line for line in lines if line.startswith("  results/")]) == 1
+    assert [line.split(":")[0].strip() for line in lines if line.endswith("[allowance]")] == list(others)
+    assert len([line for line in lines if line.startswith("  results/runs/")]) == 1
     assert "more than an hour" in lines[-4] and "quick preset" in lines[-3] and "predict preset" in lines[-1]
 
 

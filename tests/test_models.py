@@ -1,11 +1,15 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from gpuscale.models import facts as factsfile
 from gpuscale.models import nets
 from gpuscale.models import registry as models
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def count(name: str) -> int:
@@ -185,3 +189,50 @@ def test_scale_models_parameter_counts(name, expected):
 def test_registry_spans_the_scale_for_fits():
     sizes = sorted(f["parameters"] for f in models.facts()["models"].values())
     assert len(sizes) >= 8 and sizes[0] < 200_000 and sizes[-1] > 50_000_000
+
+
+def test_models_command_lists_the_shipped_facts_without_torch(tmp_path):
+    """`gpuscale models` reads modelfacts.json: no network is built, torch is never imported."""
+    import subprocess
+    import sys
+
+    code = "import sys\nfrom gpuscale import cli\ncode = cli.main(['models'])\nprint('TORCH', 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "TORCH False", done.stdout + done.stderr
+    stored = models.facts()["models"]
+    rows = {line.split()[0]: line.split()[1] for line in lines[1:-1]}
+    assert set(rows) == set(models.MODEL_NAMES)
+    assert rows["resnet18"] == f"{stored['resnet18']['parameters']:,}" == "11,181,642"
+
+
+def test_models_command_counts_a_spec_model_once_then_reads_its_cache(tmp_path, monkeypatch, capsys):
+    """A model named by spec is built and counted on the first call, cached under .gpuscale/cache/models/ by its
+    files' sha256; the next call reads the cache (no build), and an edit to the file counts it again."""
+    from gpuscale import cli
+    from gpuscale.models import facts as facts_module
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.py").write_text(
+        "import torch.nn as nn\n\ndef build(num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, num_classes))\n"
+    )
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    base["study"]["models"] = ["simplecnn", "net.py:build"]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(base))
+    built = []
+    real = facts_module.model_facts
+    monkeypatch.setattr(facts_module, "model_facts", lambda names=None: built.append(names) or real(names))
+
+    def listed() -> dict:
+        assert cli.main(["models", "--params", "p.yaml"]) == 0
+        return {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]}
+
+    first = listed()
+    assert first["net.py:build"] == f"{3 * 32 * 32 * 10 + 10:,}" and built == [["net.py:build"]]
+    assert (tmp_path / ".gpuscale/cache/models").is_dir()
+    assert listed() == first and len(built) == 1  # read from the cache
+    with (tmp_path / "net.py").open("a") as fh:
+        fh.write("# edited\n")
+    listed()
+    assert len(built) == 2

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, TINY, copy_project, run, write_yaml
+from conftest import REPO, TINY, copy_project, run, use_params, write_yaml
 
 from gpuscale import deps
 from gpuscale.contract import params, record
@@ -116,15 +116,17 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
     dry = run(["snakemake", "-n", "--cores", "2"], repo).stdout
     assert "Nothing to be done" in dry
 
-    # Snakemake handed its outputs to DVC (onsuccess: dvc commit): only the host probe is pending.
-    status = dvc_status(repo)
-    assert set(status) <= {"host"}, status
-    assert status.get("host", ["always changed"]) == ["always changed"]
+    # Snakemake handed its outputs to DVC (onsuccess: dvc commit): nothing is pending, the host stage included
+    # (it reruns on another fingerprint, not always).
+    assert dvc_status(repo) == {}
 
     # Snakemake's benchmark: files (wall time, peak memory) lie under logs/, outside the DAG DVC mirrors
     benchmark = (repo / "logs/benchmarks/train/simplecnn/cpu/paper-seed0.tsv").read_text().splitlines()
     assert benchmark[0].split("\t")[:3] == ["s", "h:m:s", "max_rss"] and len(benchmark) == 2
     jobs, stages = snakemake_jobs(repo), dvc_stages(repo)
+    # DVC's `use` stage merges the params again (the Snakefile does it as it parses): no Snakemake job
+    assert {o for o in stages if o.startswith(".gpuscale/")} == {".gpuscale/params.yaml", ".gpuscale/run.yaml"}
+    stages = {o: s for o, s in stages.items() if not o.startswith(".gpuscale/")}
     assert set(jobs) == set(stages)
     for output, (rule, inputs, command) in jobs.items():
         stage, dvc_deps, dvc_cmd = stages[output]
@@ -138,11 +140,12 @@ def test_snakemake_then_dvc_agree_and_describe_the_same_dag(tmp_path):
 
 
 def planned(repo) -> tuple[set, set]:
-    """(Snakemake's planned rules, DVC's changed stages without host), from a dry run and `dvc status`."""
+    """(Snakemake's planned rules, DVC's changed stages without `use`), from a dry run and `dvc status` (the dry run's
+    parse merged params.yaml into .gpuscale/params.yaml, which DVC's params point into, as `gpuscale use` does)."""
     dry = run(["snakemake", "-n", "--cores", "2"], repo).stdout
     stats = dry.split("Job stats:")[1].split("total")[0] if "Job stats:" in dry else ""
     rules = {m for m in re.findall(r"^(\w+)\s+\d+\s*$", stats, flags=re.MULTILINE)}
-    return rules, {name.split("@")[0] for name in dvc_status(repo)} - {"host"}
+    return rules, {name.split("@")[0] for name in dvc_status(repo)} - {"use"}
 
 
 def planned_after_edits(repo):
@@ -184,16 +187,19 @@ def covers(dvc_deps: set, snakemake_inputs: set) -> bool:
     return every_input_covered and every_dep_used
 
 
-def test_quick_preset_on_synthetic_data_and_per_model_reruns(tmp_path):
-    repo = copy_project(tmp_path / "repo")
+def test_quick_preset_chosen_once_sticks_for_both_tools_and_reruns_by_value(tmp_path):
+    """`gpuscale use config/quick.yaml OVERLAY` (what `make quick` runs), then plain `snakemake`: the quick study on
+    synthetic data; DVC agrees right after (nothing stale); the overlay copied to another name plans nothing; an edit
+    to one model's params reruns that model only, under both tools."""
+    repo = copy_project(tmp_path / "repo", git=True)
     overlay = {
         "data": {"source": "synthetic", "train_size": 200, "test_size": 50},
         "train": {"batch_size": 50, "eval_batch_size": 50},
         "models": {"resnet18": {}},
     }
-    write_yaml(repo / "synthetic.yaml", overlay)
-    argv = ["snakemake", "--cores", "2", "--configfile", "config/quick.yaml", "synthetic.yaml"]
-    run(argv, repo)
+    write_yaml(repo / "config/synthetic.yaml", overlay)
+    run(["gpuscale", "use", "config/quick.yaml", "config/synthetic.yaml"], repo)
+    run(["snakemake", "--cores", "2"], repo)
     got = records(repo)
     quick = yaml.safe_load((repo / "config/quick.yaml").read_text())
     assert {k[0] for k in got} == set(yaml.safe_load((repo / "params.yaml").read_text())["study"]["models"])
@@ -201,14 +207,23 @@ def test_quick_preset_on_synthetic_data_and_per_model_reruns(tmp_path):
     assert all(r["data"]["synthetic"] and r["status"] == "measured" for r in got.values())
     assert all(len(r["epochs"]) == quick["train"]["epochs"] for r in got.values())
     assert "synthetic" in (repo / "logs/train/simplecnn/cpu/paper-seed0.log").read_text().lower()
+    assert dvc_status(repo) == {}  # the quick run handed to DVC: its stages read the same merge
 
-    assert "Nothing to be done" in run(argv + ["-n"], repo).stdout
+    # The same values under another file name: nothing to do for either tool (the name is no parameter).
+    (repo / "config/synthetic.yaml").rename(repo / "config/renamed.yaml")
+    assert "config/renamed.yaml" in run(["gpuscale", "use", "config/quick.yaml", "config/renamed.yaml"], repo).stdout
+    assert "Nothing to be done" in run(["snakemake", "-n", "--cores", "2"], repo).stdout
+    assert set(dvc_status(repo)) <= {"use"}  # its deps (the choice, config/) changed; no stage it feeds
+    assert "Running stage 'train" not in run(["dvc", "repro"], repo).stdout
+    assert dvc_status(repo) == {}
 
     overlay["models"]["resnet18"] = {"batch_size": 25}
-    write_yaml(repo / "synthetic.yaml", overlay)
-    dry = run(argv + ["-n"], repo).stdout
-    planned = re.findall(r"Training (\S+) on (\S+)", dry)
-    assert planned == [("resnet18", "cpu")], dry
+    write_yaml(repo / "config/renamed.yaml", overlay)
+    dry = run(["snakemake", "-n", "--cores", "2"], repo).stdout
+    assert re.findall(r"Training (\S+) on (\S+)", dry) == [("resnet18", "cpu")], dry
+    out = run(["dvc", "repro"], repo).stdout
+    assert re.findall(r"Running stage '(train@[^']+)'", out) == ["train@resnet18-cpu-paper-0"], out
+    assert record.load(repo / "results/runs/resnet18/cpu/paper-seed0.json")["settings"]["train"]["batch_size"] == 25
 
 
 def test_bad_params_stop_snakemake_before_any_job(tmp_path):
@@ -226,15 +241,21 @@ def test_dvc_repro_reruns_only_the_edited_model_and_travels_through_a_remote(tmp
     commit(repo)
     run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp_path / "remote")], repo)
 
+    # DVC planned from the shipped study's lists: its `use` stage merges the edited params.yaml and stops, once
+    done = run(["dvc", "repro"], repo, check=False)
+    assert done.returncode != 0 and "study.models, study.devices changed" in done.stdout + done.stderr
+    assert not (repo / "results/runs").exists()
     run(["dvc", "repro"], repo)
     first = records(repo)
     assert len(first) == 2 and all(r["status"] == "measured" for r in first.values())
-    assert set(dvc_status(repo)) <= {"host"}
+    assert dvc_status(repo) == {}
 
     config = yaml.safe_load((repo / "params.yaml").read_text())
     config["models"]["resnet18"] = {"batch_size": 16}
     write_yaml(repo / "params.yaml", config)
-    assert set(dvc_status(repo)) - {"host"} == {"train@resnet18-cpu-paper-0"}
+    assert set(dvc_status(repo)) == {"use"}  # DVC reads the merge: params.yaml is its `use` stage's dep
+    run(["gpuscale", "use"], repo)  # merged now: DVC's status names the stage the edit reaches
+    assert set(dvc_status(repo)) - {"use"} == {"train@resnet18-cpu-paper-0"}
     out = run(["dvc", "repro"], repo).stdout
     assert "train@resnet18-cpu-paper-0" in out
     assert "Running stage 'train@simplecnn-cpu-paper-0'" not in out
@@ -249,9 +270,10 @@ def test_dvc_repro_reruns_only_the_edited_model_and_travels_through_a_remote(tmp
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     run(["dvc", "remote", "modify", "--local", "local", "url", str(tmp_path / "remote")], clone)
+    use_params(clone)  # a fresh clone: `gpuscale use` once
     run(["dvc", "pull"], clone)
     assert records(clone) == second
-    assert set(dvc_status(clone)) <= {"host"}
+    assert dvc_status(clone) == {}
 
 
 def test_snakemake_killed_mid_training_leaves_nothing_finished_and_the_rerun_resumes(tmp_path):

@@ -38,9 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("predict", "probe records and model facts -> predicted epochs and speedups, validated"),
     "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),
     "sentinel": ("sentinel", "measure the machine state the timings depend on (a few seconds; a witness)"),
+    "use": ("use", "choose the overlays plain snakemake and dvc repro run with (gpuscale use config/quick.yaml)"),
 }
 # The commands that write the project's outputs: refused while another workflow works in the folder.
-PROJECT_WRITERS = ("host", "data", "train", "probe", "sentinel", "aggregate", "charts", "report", "predict")
+PROJECT_WRITERS = ("host", "data", "train", "probe", "sentinel", "aggregate", "charts", "report", "predict", "use")
 DESCRIPTION = "gpuscale: how much faster a GPU trains a network than a CPU (the stages of the Snakemake/DVC workflow)"
 EXIT_USAGE = 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal's number, as a shell reports it

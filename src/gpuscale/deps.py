@@ -41,6 +41,7 @@ LINK_ROOT = "workflow/code"  # <command>/: links to the command's code files, a 
 
 # The workflow's stages and the `gpuscale` command each one runs.
 STAGE_COMMANDS = {
+    "use": "use",
     "host": "host",
     "data": "data",
     "train": "train",
@@ -58,7 +59,8 @@ STAGE_COMMANDS = {
 STAGE_PARAMS = {
     "probe": ["predict.probe_seconds", "train"],
     "predict": ["study.devices", "report.reference", "train.batch_size", "data.train_size"],
-    "host": [],
+    "use": [],
+    "host": ["run.host"],  # this host's fingerprint, in .gpuscale/run.yaml (STAGE_PARAMS_FILE)
     "data": ["data"],
     "train": ["study.on_missing_device", "study.label", "variants.${item.variant}", "train", "models.${item.model}"],
     "sweep_threads": [
@@ -97,6 +99,17 @@ STAGE_PARAMS = {
     "charts": ["report.accuracy_tolerance"],
     "report": ["report", "study.label"],
 }
+
+
+# The file each stage's params keys are read from in dvc.yaml (gpuscale.commands.use): the merge of params.yaml and
+# the overlays chosen with `gpuscale use`, which every stage command reads; the host stage's from run.yaml.
+MERGED_PARAMS = ".gpuscale/params.yaml"  # gpuscale.commands.use.MERGED_PARAMS (tests/test_use.py checks they agree)
+RUN_VARS = ".gpuscale/run.yaml"  # gpuscale.commands.use.RUN_VARS
+STAGE_PARAMS_FILE = {"host": RUN_VARS}
+
+
+def params_file(stage: str) -> str:
+    return STAGE_PARAMS_FILE.get(stage, MERGED_PARAMS)
 
 
 def package_root() -> Path:
@@ -363,8 +376,9 @@ def render_dvc(text: str, models: dict[str, list[str]] | None = None, root: Path
             out.extend(f"      - {f}" for f in _table_outputs())
         if stage in STAGE_COMMANDS and section == "deps":
             out.append(f"      - {link_folder(stage)}")
-        if stage in STAGE_COMMANDS and section == "params":
-            out.extend(f"      - {p}" for p in STAGE_PARAMS[stage])
+        if stage in STAGE_COMMANDS and section == "params" and STAGE_PARAMS[stage]:
+            out.append(f"      - {params_file(stage)}:")
+            out.extend(f"          - {p}" for p in STAGE_PARAMS[stage])
 
     for line in text.splitlines():
         if not line.strip():
@@ -428,7 +442,7 @@ def _strip_generated(text: str) -> str:
         if skipping or (GENERATED in line and line.strip().startswith("- ")):
             continue
         match = re.match(r"^      model: .*?" + re.escape(GENERATED) + r": the registry names in (\S+)$", line)
-        out.append(f"      model: ${{{match.group(1)}}}" if match else line)
+        out.append(f"      model: ${{run.{match.group(1)}}}" if match else line)
     return "\n".join(out) + "\n"
 
 
@@ -490,7 +504,7 @@ def add_spec_stages(text: str, models: dict[str, list[str]], root: Path | str = 
         if key and specs[key]:
             registry = [m for m in models[key] if not model_spec.is_spec(m)]
             axis = f"      model: [{', '.join(registry)}]  {GENERATED}: the registry names in {key}"
-            out.extend(axis if line.strip() == f"model: ${{{key}}}" else line for line in lines)
+            out.extend(axis if line.strip() == f"model: ${{run.{key}}}" else line for line in lines)
             if out[-1].strip():
                 out.append("")
             for spec in specs[key]:
@@ -510,6 +524,14 @@ def write_dvc(path: Path | str, params_path: Path | str | None = None, root: Pat
     models = study_models(params_path) if params_path.is_file() else {}
     path.write_text(render_dvc(path.read_text(), models, path.parent))
     write_links(path.parent, root)
+    if (path.parent / ".gpuscale").is_dir():  # DVC's matrix reads .gpuscale/run.yaml: brought up to date with it
+        from gpuscale.commands import use
+        from gpuscale.contract.params import ParamsError
+
+        try:
+            use.refresh(path.parent)
+        except ParamsError as err:
+            print(f"gpuscale.deps: .gpuscale/ not refreshed: {err}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

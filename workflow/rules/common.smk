@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpuscale import deps
 from gpuscale.analyze import tablefiles
+from gpuscale.commands import use as overlay_choice  # `use` is a Snakemake keyword
 from gpuscale.measure import envinfo
 from gpuscale.contract import paths as gpaths
 from gpuscale.contract import runlock
@@ -17,11 +18,10 @@ from gpuscale.contract import settings as typed
 from gpuscale.models import spec as model_spec
 
 
-def _params_files():
-    """params.yaml first, then the --configfile overlays in the order given: what Snakemake merged."""
+def _configfile_overlays():
+    """The --configfile overlays in the order given (this run's only): Snakemake's configfiles past params.yaml."""
     cli = [Path(f) for f in workflow.overwrite_configfiles]
-    base = [Path(f) for f in workflow.configfiles if Path(f).absolute() not in {c.absolute() for c in cli}]
-    return [os.path.relpath(f) if Path(f).absolute().is_relative_to(Path.cwd()) else str(f) for f in base + cli]
+    return [os.path.relpath(f) if Path(f).absolute().is_relative_to(Path.cwd()) else str(f) for f in cli]
 
 
 if workflow.config_settings.config:
@@ -36,12 +36,19 @@ if workflow.is_main_process and len(_CONFIG_FLAGS) > 1:
         "give them all after one: --configfile A.yaml B.yaml"
     )
 
-PARAMS_FILES = _params_files()
-PARAMS_ARGS = " ".join(f"--params {shlex.quote(f)}" for f in PARAMS_FILES)  # quoted: reaches the shell
-try:  # validated and typed once; the rules read the study from PARAMS
-    PARAMS = gp.load_typed([Path(f) for f in PARAMS_FILES])
+# The params: params.yaml, the overlays chosen with `gpuscale use` (.gpuscale/use.yaml), then this run's --configfile
+# files. Every stage command reads their merge from one file, .gpuscale/params.yaml (gpuscale.commands.use), so what
+# reruns depends on the values, never on an overlay's name; the main process writes it (and DVC's .gpuscale/run.yaml,
+# from the choice alone), unless another workflow works here (its jobs read the file; this run will be refused).
+CONFIGFILE_OVERLAYS = _configfile_overlays()
+try:
+    PARAMS_FILES = overlay_choice.sources(".", CONFIGFILE_OVERLAYS)
+    if workflow.is_main_process and not runlock.holders(runlock.WORKFLOW_LOCK):
+        overlay_choice.refresh(".", CONFIGFILE_OVERLAYS, fingerprint=envinfo.host_fingerprint())
+    PARAMS = gp.load_typed([Path(f) for f in PARAMS_FILES])  # validated and typed once; the rules read PARAMS
 except gp.ParamsError as err:
     sys.exit(f"gpuscale: params error: {err}")
+PARAMS_ARGS = f"--params {overlay_choice.MERGED_PARAMS}"
 # Snakemake's own reading (PyYAML) replaced by gpuscale's, which reads `lr: 1e-05` (what `dvc exp run -S` writes) as
 # the number DVC reads (gpuscale.contract.params._dvc_number); every other value is the same in both.
 config.clear()
@@ -176,8 +183,8 @@ onsuccess:
     # Every job done: let go of the folder (gpuscale.contract.runlock), DVC's lock included, which `dvc commit` takes.
     runlock.release_workflow()
     # Hand the finished state to DVC, so `dvc status` agrees with what Snakemake just built.
-    # Only for params.yaml alone: outputs of an overlay (e.g. the quick preset) do not match params.yaml.
-    if os.path.isdir(".dvc") and PARAMS_FILES == ["params.yaml"]:
+    # Not after a run with --configfile overlays: DVC reads the overlays chosen with `gpuscale use` alone.
+    if os.path.isdir(".dvc") and not CONFIGFILE_OVERLAYS:
         done = subprocess.run(["dvc", "commit", "--force", "--quiet"], check=False)
         if done.returncode:
             print("gpuscale: `dvc commit` failed; run it by hand to record these outputs in dvc.lock", file=sys.stderr)

@@ -25,12 +25,22 @@ HOUR = 3600.0
 from gpuscale.measure.eta import PLAN_ENV, study_eta_seconds  # noqa: E402, F401 (the study ETA training prints)
 
 FASTER_ROUTES = (
-    "the quick preset (a 5,000-image subset, 1 epoch, CPU: `snakemake --cores 2 --configfile config/quick.yaml`)",
+    "the quick preset (a 5,000-image subset, 1 sampled epoch, CPU, a few minutes: `make quick`, or"
+    " `gpuscale use config/quick.yaml` then `snakemake --cores 2`)",
     "the sampled protocol (an overlay with `train: {max_steps_per_epoch: 20}`: each epoch times 20 steps and"
     " extrapolates, labelled everywhere)",
     "the predict preset (probe and predictions only, no training, a few minutes:"
-    " `snakemake --cores 2 --configfile config/predict.yaml`)",
+    " `gpuscale use config/predict.yaml` then `snakemake --cores 2`)",
 )
+
+
+# What the jobs run besides the timed steps, evaluation and phase profile (job_seconds): fixed allowances, from the
+# quick preset's jobs on a 2-core CPU host (2026-12-08), not from the cost model; each said as such where printed.
+JOB_START_SECONDS = 10.0  # a timing job's process: torch's import, the prepared data read, the model built
+PROBE_OVERHEAD_SECONDS = 15.0  # a probe job besides its predict.probe_seconds budget (start, the models' layer table)
+DATA_SECONDS = 10.0  # the data stage: start, plus DATA_SECONDS_PER_IMAGE per image prepared
+DATA_SECONDS_PER_IMAGE = 0.002  # a decoded, checked and written 32x32 image (the JPEG zip's; synthetic is faster)
+LIGHT_STAGE_SECONDS = {"aggregate": 20.0, "predict": 10.0, "charts": 25.0, "report": 20.0}
 
 
 # Amdahl's parallel fraction of a CPU training step, for jobs that run on fewer threads than the probe did
@@ -120,6 +130,25 @@ def calibration(
     return cm.from_probe(doc), f"quick rate check ({quick_seconds:g} s)", doc["threads"]
 
 
+def other_jobs(config: Params, jobs: list[dict], root: Path = Path(".")) -> list[tuple[str, float]]:
+    """(job, seconds) of what the workflow runs besides the pending timing jobs: the data stage, the probes and the
+    light stages (tables, predictions, charts, report), where their outputs are missing or timing jobs are pending."""
+    from gpuscale.contract.settings import DeviceSpec
+
+    out = []
+    data = config.data
+    if not (root / "data/prepared").exists():
+        images = (data.train_size or 50_000) + (data.test_size or 10_000)
+        out.append(("data/prepared", DATA_SECONDS + DATA_SECONDS_PER_IMAGE * images))
+    devices = sorted({DeviceSpec.parse(d).per_process for d in config.study.devices})
+    for device in devices:
+        if not (root / f"results/probe/{device}.json").exists():
+            out.append((f"results/probe/{device}.json", config.predict.probe_seconds + PROBE_OVERHEAD_SECONDS))
+    if jobs or not (root / "reports/index.html").exists():
+        out += [(f"the {name} stage", seconds) for name, seconds in LIGHT_STAGE_SECONDS.items()]
+    return out
+
+
 def human(seconds: float) -> str:
     if seconds >= HOUR:
         return f"{seconds / HOUR:.1f} h"
@@ -155,7 +184,7 @@ def run(
             echo(f"  {job['record']}: ~0 s, device {how}")
             continue
         data = config.data
-        seconds = cm.job_seconds(
+        seconds = JOB_START_SECONDS + cm.job_seconds(
             cal,
             facts[job["model"]],
             train.epochs,
@@ -173,7 +202,15 @@ def run(
         echo(f"  {job['record']}: {human(seconds)}{note} [{how}]")
     if plan is not None:
         fsutil.write_json(plan, {"jobs": planned})
-    echo(f"gpuscale: total predicted {human(total)}; the band is about x/÷ 1.5 (docs/prediction.md)")
+    timing = total
+    others = other_jobs(config, jobs)
+    for name, seconds in others:
+        echo(f"  {name}: {human(seconds)} [allowance]")
+    total += sum(seconds for _, seconds in others)
+    echo(
+        f"gpuscale: total predicted {human(total)} ({human(timing)} of timing jobs, the cost model's band about "
+        f"x/÷ 1.5, docs/prediction.md; {human(total - timing)} of the other jobs, fixed allowances)"
+    )
     if total > HOUR:
         echo(f"gpuscale: this study is predicted to run for more than an hour ({human(total)}). Faster routes:")
         for route in FASTER_ROUTES:

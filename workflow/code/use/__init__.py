@@ -1,0 +1,1 @@
+../../../src/gpuscale/__init__.py

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/commands/__init__.py

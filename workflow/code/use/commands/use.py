@@ -1,0 +1,1 @@
+../../../../src/gpuscale/commands/use.py

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/contract/paths.py

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/measure/__init__.py

@@ -1,0 +1,1 @@
+../../../../src/gpuscale/models/__init__.py
