@@ -13,7 +13,7 @@ TORCH ?= default
 TORCH_INDEX ?= https://download.pytorch.org/whl/$(TORCH)
 LOCK := requirements/lock.txt
 
-.PHONY: install reproduce quick test browser slurm clean-results lock lint timm
+.PHONY: install reproduce quick test check browser slurm clean-results lock lint timm
 
 install: $(VENV)/.installed
 
@@ -63,9 +63,19 @@ quick: install
 	source $(call q,$(BIN)/activate) && gpuscale use config/quick.yaml $(OVERLAYS) \
 	  && snakemake --cores $(call q,$(CORES))
 
+# Two pytest-xdist workers (one a core here); tests sharing a module's or the session's fixture keep to one worker
+# (tests/conftest.py). TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: install browser slurm
-	source $(call q,$(BIN)/activate) && pytest -q $(PYTEST_ARGS)
+	source $(call q,$(BIN)/activate) && pytest -q $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory lint
+
+# Before each commit: lint, the import contracts, and the unit tests (no e2e, heavy or slow ones), in about a minute.
+check: install
+	$(MAKE) --no-print-directory lint
+	source $(call q,$(BIN)/activate) && pytest -q $(XDIST) -m 'not e2e and not heavy and not slow' $(PYTEST_ARGS)
 
 # The report is tested in Debian's Chromium (driven by playwright, which downloads no browser).
 browser:

@@ -210,3 +210,38 @@ def quick_preset(tmp_path_factory) -> Path:
     run([*gpuscale, "charts", *args, "--tables", "tables", "--out", "charts"], work)
     run([*gpuscale, "report", *args, "--tables", "tables", "--charts", "charts", "--out", "index.html"], work)
     return work
+
+
+# `make check`'s tier leaves these out with the e2e and heavy tests: each of their tests starts the real commands in
+# processes of their own and waits for them to work (signals mid-run, resumed runs, DVC experiments, spec models
+# through DVC), tens of seconds each on 2 cores. `make test` runs everything.
+SLOW_MODULES = {
+    "test_interrupts",
+    "test_interrupts_commands",
+    "test_faults",
+    "test_experiments",
+    "test_slurm",
+    "test_workflow",
+    "test_faults_snakemake",
+    "test_faults_runlock",
+    "test_distributed",
+    "test_install",
+    "test_variants",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), the tests that share a module- or
+    session-scoped fixture run in one worker, so the fixture is built once, not once per worker (the quick preset's
+    whole pipeline is such a fixture). Tests of SLOW_MODULES are marked `slow`."""
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        shared = [
+            (name, defs[-1].baseid)
+            for name, defs in getattr(item, "_fixtureinfo").name2fixturedefs.items()
+            if defs and defs[-1].scope in ("module", "session") and name not in ("tmp_path_factory", "worker_id")
+        ]
+        if shared:
+            name, baseid = min(shared, key=lambda pair: pair[0] != "quick_preset")
+            item.add_marker(pytest.mark.xdist_group(f"{baseid or 'session'}::{name}"))
