@@ -23,7 +23,7 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from gpuscale import words
+from gpuscale import devices, words
 from gpuscale.analyze import paper
 from gpuscale.contract import fsutil, recordcheck, recordset
 from gpuscale.contract import record as record_mod
@@ -35,7 +35,7 @@ log = logging.getLogger("gpuscale.predict")
 TABLES = ("host", "validation", "validation_summary", "constants", "paper", "transfer", "transfer_summary", "skipped")
 MEDIAN_TARGET_PERCENT = 15.0
 WORST_TARGET_PERCENT = 35.0
-GPU_DEVICES = ("cuda", "mps")
+GPU_DEVICES = devices.GPU_KINDS  # the kinds that are GPUs (gpuscale.devices), read when asked
 
 
 def load_records(folder: Path) -> list[dict]:
