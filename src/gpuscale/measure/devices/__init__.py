@@ -100,8 +100,8 @@ def _load(kind: kinds.Kind) -> Device:
 
 
 def of(device) -> Device:
-    """The kind of a torch.device (its type) or of a kind's name."""
-    return _load(kinds.get(device if isinstance(device, str) else device.type))
+    """The kind of a device (a torch.device's type, or that of whatever a kind's `torch_device` gave) or of a name."""
+    return _load(kinds.get(getattr(device, "type", device)))
 
 
 def environment(device) -> dict:
