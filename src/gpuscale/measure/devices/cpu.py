@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gpuscale.measure.devices import Device
+from gpuscale.measure.devices.base import Device
 
 
 class Cpu(Device):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gpuscale.measure import energy, envinfo
-from gpuscale.measure.devices import Device, Stamps
+from gpuscale.measure.devices.base import Device, Stamps
 
 
 class Events(Stamps):
