@@ -10,6 +10,7 @@ import pytest
 import yaml
 from conftest import REPO
 
+from gpuscale import devices
 from gpuscale.contract import params, record, settings
 
 MAX_FUNCTION_LINES = 60
@@ -90,11 +91,42 @@ def test_every_shipped_record_reads_in_the_current_shape():
 
 
 def test_the_device_pattern_is_written_once():
+    """Built from the kinds' lines (gpuscale.devices); the schemas carry it as `python -m gpuscale.devices --write`
+    writes it, and the rules constrain their wildcards with it."""
+    assert devices.stale_schemas(REPO / "src/gpuscale") == [], "run python -m gpuscale.devices --write"
     text = (REPO / "src/gpuscale/contract/schemas/params.schema.yaml").read_text()
-    devices = yaml.safe_load(text)["properties"]["study"]["properties"]["devices"]["items"]
-    assert devices["pattern"] == f"^({settings.DEVICE_PATTERN})$"
+    study = yaml.safe_load(text)["properties"]["study"]["properties"]["devices"]["items"]
+    assert study["pattern"] == f"^({settings.DEVICE_PATTERN})$"
     assert schema()["properties"]["key"]["properties"]["device"]["pattern"] == f"^({settings.DEVICE_PATTERN})$"
-    assert "typed.DEVICE_PATTERN" in (REPO / "workflow/rules/train.smk").read_text()
+    rules = {name: (REPO / f"workflow/rules/{name}.smk").read_text() for name in ("train", "predict")}
+    assert "device=typed.DEVICE_PATTERN" in rules["train"] and "device=typed.GPU_DEVICE_PATTERN" in rules["train"]
+    assert "device=typed.PROCESS_DEVICE_PATTERN" in rules["predict"]
+    for text in rules.values():  # no device name spelled out in a wildcard constraint
+        assert not [line for line in text.splitlines() if line.strip().startswith("device=r")]
+
+
+def test_a_stale_schema_pattern_is_found_and_rewritten(tmp_path, monkeypatch):
+    for name, _, _ in devices.SCHEMA_PATTERNS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((REPO / "src/gpuscale" / name).read_text())
+    monkeypatch.setitem(devices.KINDS, "xpu", devices.Kind("xpu", gpu=True, words="GPU (XPU)", indexed=True))
+    assert devices.stale_schemas(tmp_path) == [
+        "contract/schemas/params.schema.yaml: study.devices.items",
+        "contract/schemas/params.schema.yaml: sweeps.gpu_device",
+        "contract/schemas/run-record.schema.json: key.device",
+    ]
+    devices.stale_schemas(tmp_path, write=True)
+    assert devices.stale_schemas(tmp_path) == []
+    rewritten = yaml.safe_load((tmp_path / "contract/schemas/params.schema.yaml").read_text())
+    assert (
+        rewritten["properties"]["sweeps"]["properties"]["gpu_device"]["pattern"]
+        == "^(cuda(-[0-9]+)?|mps|xpu(-[0-9]+)?)$"
+    )
+    before = (REPO / "src/gpuscale/contract/schemas/run-record.schema.json").read_text().splitlines()
+    after = (tmp_path / "contract/schemas/run-record.schema.json").read_text().splitlines()
+    assert [a for a, b in zip(before, after, strict=True) if a != b] == [
+        line for line in before if '"pattern": "^(cpu|cuda' in line
+    ]  # one line changed, the rest of the file as it was
 
 
 @pytest.mark.parametrize(

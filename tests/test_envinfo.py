@@ -61,7 +61,10 @@ def test_torch_build_of_another_blas_leaves_the_unknown_fields_empty():
 
 def test_capture_records_build_flags_and_memory():
     torch = pytest.importorskip("torch")
-    env = envinfo.capture(torch.device("cpu"))
+    from gpuscale.measure import devices
+
+    env = devices.environment(torch.device("cpu"))
+    assert env["gpu"] is None  # the CPU kind has no accelerator facts
     assert env["torch_build"]["blas"] and env["torch_build"]["parallel_backend"]
     assert env["torch_build"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert isinstance(env["cpu_flags"], list) and set(env["cpu_flags"]) <= set(envinfo.SIMD_FLAGS)
@@ -159,9 +162,8 @@ def test_envinfo_works_with_the_core_alone():
     """No NVML (the energy extra) and no psutil: the fallbacks answer."""
     script = "import sys; sys.modules['pynvml'] = sys.modules['psutil'] = None\n" + textwrap.dedent(
         """
-        import torch
         from gpuscale.measure import envinfo
-        env = envinfo.capture(torch.device("cpu"))
+        env = envinfo.capture()
         assert env["memory_bytes"] and env["torch_build"]["blas"], env
         """
     )

@@ -10,6 +10,8 @@ import json
 import math
 import re
 
+from gpuscale import devices
+
 # column -> what a reader sees (unit in the words, never a bare identifier)
 COLUMNS = {
     "source": "source",
@@ -243,20 +245,11 @@ def columns(names) -> dict[str, str]:
 
 
 def device(name: str | None) -> str:
-    """cpu -> CPU, cuda -> GPU (CUDA), cuda-1 -> GPU 1 (CUDA), cuda-ddp4 -> 4 GPUs (CUDA, data-parallel)."""
+    """cpu -> CPU, cuda -> GPU (CUDA), cuda-1 -> GPU (CUDA) #1, cuda-ddp4 -> 4 GPUs (CUDA, data-parallel): each kind's
+    words (gpuscale.devices); a name no kind allows stays as it is."""
     if not name:
         return "—"
-    m = re.fullmatch(r"(cpu|cuda|mps)(?:-ddp(\d+))?(?:-(\d+))?", name)
-    if not m:
-        return name
-    kind, ddp, index = m.groups()
-    base = {"cpu": "CPU", "cuda": "GPU (CUDA)", "mps": "GPU (Apple MPS)"}[kind]
-    if ddp:
-        unit = "CPU processes" if kind == "cpu" else "GPUs"
-        return f"{ddp} {unit} ({'gloo' if kind == 'cpu' else 'CUDA'}, data-parallel)"
-    if index:
-        return f"{base} #{index}"
-    return base
+    return devices.words(name) or name
 
 
 def device_kind(name: str | None) -> str:

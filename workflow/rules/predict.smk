@@ -31,7 +31,7 @@ rule probe:
     log:
         "logs/probe/{device}.log",
     wildcard_constraints:
-        device=r"cpu|cuda(-\d+)?|mps",
+        device=typed.PROCESS_DEVICE_PATTERN,
     threads: train_threads
     resources:
         timing_slot=1,

@@ -87,7 +87,7 @@ rule sweep_batch:
     benchmark:
         "logs/benchmarks/sweeps/{model}/{device}/batch{value}-{variant}-seed{seed}.tsv",
     wildcard_constraints:
-        device=r"cuda(-\d+)?|mps",
+        device=typed.GPU_DEVICE_PATTERN,
         variant=r"[a-z][a-z0-9_]*",
         value=r"\d+",
         seed=r"\d+",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuscale import devices
+
 HELP = "measure a device's layer throughputs, step costs and input pipeline (a probe record, about a minute)"
 
 
@@ -9,7 +11,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--device",
         required=True,
-        help="cpu, cuda, cuda-N, mps (a data-parallel cuda-ddpN / cpu-ddpN is probed as one process: cuda / cpu)",
+        help=f"{devices.allowed(parallel=False)} (a data-parallel cuda-ddpN is probed as one process: cuda)",
     )
     parser.add_argument("--out", required=True, help="probe record path, e.g. results/probe/cpu.json")
     parser.add_argument("--seconds", type=float, help="time budget (default: predict.probe_seconds)")

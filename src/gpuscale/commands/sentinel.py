@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from gpuscale import devices
+
 HELP = "measure the machine state a study's timings depend on (a few seconds a device; a witness, never a correction)"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda-N (default cpu: the host's parts alone)")
+    parser.add_argument(
+        "--device", default="cpu", help=f"{devices.allowed(parallel=False)} (default cpu: the host's parts alone)"
+    )
     parser.add_argument("--threads", type=int, help="torch threads (default: train.cpu_threads, else all cores)")
     parser.add_argument("--out", help="also write the sentinel as JSON here")
 

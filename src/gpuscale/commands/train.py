@@ -6,6 +6,7 @@ import logging
 import re
 from pathlib import Path
 
+from gpuscale import devices
 from gpuscale.commands import MAX_THREADS, UsageError, choice, input_folder, load_typed, model_choice, writable
 
 log = logging.getLogger("gpuscale")
@@ -19,7 +20,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--device",
         required=True,
-        help="cpu, cuda, cuda-N, mps, or data-parallel cuda-ddpN / cpu-ddpN (started through torchrun's launcher)",
+        help=f"{devices.allowed()} (a data-parallel -ddpN started through torchrun's launcher)",
     )
     parser.add_argument("--variant", default="paper")
     parser.add_argument("--seed", type=int, default=0)

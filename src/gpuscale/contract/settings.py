@@ -1,8 +1,8 @@
 """Typed settings: params validated once (gpuscale.contract.params), then frozen dataclasses.
 
-The device-name pattern lives here and nowhere else: the params schema is checked against it by a
-test, gpuscale.contract.params validates with it, the Snakefile's wildcard constraint and the aggregation
-derive from it. A device spec is parsed once into a DeviceSpec (kind, index, world size).
+Device names are gpuscale.devices's (one line per kind; the pattern is built there): `DEVICE_PATTERN` and
+`DEVICE_ALLOWED` here are read from it when asked, so a kind registered later is in them. A device spec is parsed
+once into a DeviceSpec (kind, index, world size).
 Every params section a stage reads is a frozen dataclass here; `Params.from_dict` types the whole validated
 file once (gpuscale.contract.params.load_typed, gpuscale.commands.load_typed) and keeps the dict as `.config` for
 provenance. Stages read attributes; the record still stores a run's settings as the JSON dict (`to_dict()`).
@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# cpu, cuda, cuda-N (the N-th GPU), mps, or data-parallel cuda-ddpN / cpu-ddpN with N >= 2.
-DEVICE_PATTERN = r"cpu|cuda(-[0-9]+)?|mps|(cpu|cuda)-ddp([2-9]|[1-9][0-9]+)"
-DEVICE_ALLOWED = "cpu, cuda, cuda-N, mps, cuda-ddpN, cpu-ddpN with N >= 2"
+from gpuscale import devices
+
 DATA_PARALLEL_SUFFIX = r"-ddp[0-9]+$"  # strip it for the kind of device one process runs on
-_DEVICE = re.compile(rf"^({DEVICE_PATTERN})$")
+_FROM_KINDS = {
+    "DEVICE_PATTERN": devices.pattern,  # cpu, cuda, cuda-N, mps, cuda-ddpN / cpu-ddpN with N >= 2
+    "PROCESS_DEVICE_PATTERN": lambda: devices.pattern(parallel=False),  # what one process trains on (a probe's)
+    "GPU_DEVICE_PATTERN": lambda: devices.pattern(gpu_only=True),  # one GPU (sweeps.gpu_device)
+    "DEVICE_ALLOWED": devices.allowed,
+}
+
+
+def __getattr__(name: str):
+    if name in _FROM_KINDS:
+        return _FROM_KINDS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -29,22 +38,25 @@ class DeviceSpec:
     """A device as params spell it ('cuda-1', 'cpu-ddp4'; no ':' in file names), parsed once."""
 
     spec: str
-    kind: str  # cpu, cuda or mps
+    kind: str  # cpu, cuda or mps: a name in gpuscale.devices.KINDS
     index: int | None  # cuda-N's N; None for the default device and for data-parallel specs
     world_size: int  # processes of a data-parallel spec, else 1
 
     @classmethod
     def parse(cls, spec: str) -> DeviceSpec:
-        if not _DEVICE.match(spec):
-            raise ValueError(f"device {spec!r} is malformed (allowed: {DEVICE_ALLOWED})")
-        kind, _, rest = spec.partition("-")
-        if rest.startswith("ddp"):
-            return cls(spec, kind, None, int(rest[3:]))
-        return cls(spec, kind, int(rest) if rest else None, 1)
+        parsed = devices.parse(spec)
+        if parsed is None:
+            raise ValueError(f"device {spec!r} is malformed (allowed: {devices.allowed()})")
+        kind, index, world = parsed
+        return cls(spec, kind.name, index, world)
 
     @property
     def data_parallel(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def gpu(self) -> bool:
+        return devices.get(self.kind).gpu
 
     @property
     def per_process(self) -> str:
@@ -56,7 +68,7 @@ class DeviceSpec:
 
 
 def is_device(spec: str) -> bool:
-    return bool(_DEVICE.match(spec))
+    return devices.parse(spec) is not None
 
 
 def _plain(value):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from gpuscale.measure import devices
+
 log = logging.getLogger("gpuscale.distributed")
 
 
@@ -90,9 +92,9 @@ def setup(device_type: str, world_size: int) -> Context:
     if not launched() or int(os.environ["WORLD_SIZE"]) != world_size:
         raise RuntimeError(f"a {world_size}-process device needs `gpuscale train` to start it (through torchrun)")
     local_rank = int(os.environ["LOCAL_RANK"])
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    if device_type == "cuda":
-        torch.cuda.set_device(local_rank)
+    kind = devices.of(device_type)
+    backend = kind.process_group
+    kind.join(local_rank)
     dist.init_process_group(backend=backend)
     return Context(world_size=world_size, rank=dist.get_rank(), local_rank=local_rank, backend=backend)
 

@@ -1,6 +1,7 @@
 """Energy counters: NVML's GPU energy counter and the CPU package counters of RAPL (/sys/class/powercap).
 
-Each meter reports joules between two readings, or says why it cannot; never a made-up number.
+Each meter reports joules between two readings, or says why it cannot; never a made-up number. Which meter a run's
+device has is its kind's (gpuscale.measure.devices: `energy_meter`).
 """
 
 from __future__ import annotations
@@ -138,14 +139,6 @@ class RaplMeter(Meter):
 
     def close(self) -> None:
         self._stop.set()
-
-
-def gpu_meter(device) -> Meter:
-    if getattr(device, "type", None) != "cuda":
-        meter = Meter()
-        meter.reason = "no GPU in this run"
-        return meter
-    return NvmlMeter(device.index or 0)
 
 
 def cpu_meter() -> Meter:

@@ -1,7 +1,8 @@
 """What machine and software a timing came from.
 
 `host_fingerprint()` and `cuda_mismatch()` are torch-free and fast (the Snakefile calls them at parse time);
-`capture()` imports torch and is called by the training stage only. Every source has a fallback: psutil, then
+`capture()` imports torch and is called by the training stage only (with its device kind's facts:
+gpuscale.measure.devices.environment). Every source has a fallback: psutil, then
 /proc or sysctl; NVML (nvidia-ml-py, the `energy` extra), then nvidia-smi; so the module works with the core alone.
 """
 
@@ -366,8 +367,9 @@ def boot_id() -> str | None:
         return None
 
 
-def capture(device) -> dict:
-    """The environment of a run on `device` (a torch.device)."""
+def capture(gpu: dict | None = None) -> dict:
+    """The environment of a run: this machine and its software, and `gpu`, the accelerator it uses as its device
+    kind describes it (gpuscale.measure.devices.environment gives it; None on a CPU)."""
     import numpy
     import torch
     import torchvision
@@ -391,7 +393,7 @@ def capture(device) -> dict:
         "cpu_flags": list(cpu_flags()),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "gpu": _gpu(device),
+        "gpu": gpu,
         "torch_version": torch.__version__,
         "torchvision_version": torchvision.__version__,
         "numpy_version": numpy.__version__,
@@ -402,35 +404,3 @@ def capture(device) -> dict:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "torch_build": torch_build(torch),
     }
-
-
-def _gpu(device) -> dict | None:
-    """The accelerator a run on `device` uses, as the record names it; None on a CPU."""
-    import torch
-
-    gpu = None
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        gpu = {
-            "index": index,
-            "name": props.name,
-            "memory_bytes": int(props.total_memory),
-            "multiprocessors": int(props.multi_processor_count),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "count_on_host": torch.cuda.device_count(),
-            "driver_version": (nvidia_driver() or {}).get("driver_version"),
-            "cuda_driver_version": (nvidia_driver() or {}).get("cuda_driver_version"),
-            "nvml": nvml_gpu(index),
-        }
-    elif device.type == "mps":
-        gpu = {
-            "index": 0,
-            "name": "Apple MPS",
-            "memory_bytes": None,
-            "multiprocessors": None,
-            "compute_capability": None,
-            "count_on_host": 1,
-            "driver_version": None,
-        }
-    return gpu

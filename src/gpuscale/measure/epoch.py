@@ -13,14 +13,11 @@ import torch
 from torch import nn
 
 from gpuscale.contract import record, sampling
-from gpuscale.measure import variants
+from gpuscale.measure import devices, variants
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+    devices.of(device).synchronize(device)
 
 
 def evaluate(model: nn.Module, loader, device: torch.device, criterion, runner: variants.Runner) -> tuple[float, float]:
@@ -151,35 +148,15 @@ def weighted_loss_sum(losses: list[torch.Tensor], sizes: list[int]) -> float:
 PHASES = record.PHASES
 
 
-class _StepClock:
-    """Five time stamps around a step's phases: CUDA events on the GPU, perf_counter elsewhere."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.marks: list = [torch.cuda.Event(enable_timing=True) for _ in range(5)] if cuda else [0.0] * 5
-
-    def __call__(self, i: int) -> None:
-        if self.cuda:
-            self.marks[i].record()
-        else:
-            self.marks[i] = time.perf_counter()
-
-    def spans(self) -> list[float]:
-        """Seconds between consecutive stamps (after the device was synchronised)."""
-        if self.cuda:
-            return [self.marks[i].elapsed_time(self.marks[i + 1]) / 1000.0 for i in range(4)]
-        return [self.marks[i + 1] - self.marks[i] for i in range(4)]
-
-
 def profile_phases(model, loader, device, criterion, optimizer, steps: int, runner: variants.Runner) -> dict:
     """Where a training step's time goes, measured in separate instrumented steps.
 
-    The headline epochs stay clean: this pass synchronises the device at every step (CUDA events on
-    the GPU, perf_counter on the CPU), which itself costs time; `overhead_fraction` in the record
+    The headline epochs stay clean: this pass synchronises the device at every step (the stamps are its kind's:
+    CUDA events on a CUDA GPU, perf_counter elsewhere), which itself costs time; `overhead_fraction` in the record
     compares it with the clean per-step time.
     """
     model.train()
-    cuda = device.type == "cuda"
+    kind = devices.of(device)
     totals = dict.fromkeys(PHASES, 0.0)
     done = 0
     iterator = iter(loader)
@@ -193,7 +170,7 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
             iterator = iter(loader)
             continue
         totals["data_wait"] += time.perf_counter() - t0
-        clock = _StepClock(cuda)
+        clock = kind.stamps()
         clock(0)
         images = runner.inputs(images)
         labels = labels.to(device, non_blocking=True)
@@ -216,7 +193,7 @@ def profile_phases(model, loader, device, criterion, optimizer, steps: int, runn
     phase_sum = sum(per_step.values())
     return {
         "steps": done,
-        "clock": "cuda events (data wait: perf_counter)" if cuda else "perf_counter",
+        "clock": kind.phase_clock,
         "phase_seconds_per_step": per_step,
         "phase_fractions": {phase: value / phase_sum for phase, value in per_step.items()},
         "phase_sum_seconds_per_step": phase_sum,

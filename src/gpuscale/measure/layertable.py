@@ -25,6 +25,7 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 from gpuscale.contract import probekind
+from gpuscale.measure import devices
 from gpuscale.models import nets
 from gpuscale.models import registry as models
 
@@ -50,8 +51,7 @@ PAUSED_RATIO = 3.0
 
 
 def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    devices.of(device).synchronize(device)
 
 
 def timed_window(step, device: torch.device, seconds: float, max_steps: int = 50) -> tuple[float, int]:

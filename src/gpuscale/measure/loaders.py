@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from gpuscale.contract.settings import TrainSettings, Variant
 from gpuscale.inputs import data as data_stage
+from gpuscale.measure import devices
 
 
 class ArrayImages(torch.utils.data.Dataset):
@@ -64,7 +65,7 @@ def host_loaders(
     loader = settings.loader
     common = {
         "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory and device.type == "cuda",
+        "pin_memory": loader.pin_memory and devices.of(device).pins_memory,
         "persistent_workers": loader.persistent_workers and loader.num_workers > 0,
         "worker_init_fn": _seed_worker,
     }

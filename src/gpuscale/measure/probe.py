@@ -27,7 +27,7 @@ from torch import nn
 
 from gpuscale.contract import conditions, fsutil, probekind
 from gpuscale.contract.settings import TrainSettings
-from gpuscale.measure import envinfo, sentinel
+from gpuscale.measure import devices, envinfo, sentinel
 from gpuscale.measure.layertable import PAUSED_RATIO, RETIME_PASSES, TABLE_BATCH_CPU, TABLE_PASSES, layer_table
 from gpuscale.measure.layertable import sync as _sync
 from gpuscale.measure.layertable import timed_window as _timed_window
@@ -239,7 +239,7 @@ def optimizer_seconds(device: torch.device, seconds: float) -> float:
 
 
 def host_to_device(device: torch.device, seconds: float) -> float | None:
-    if device.type != "cuda":
+    if not devices.of(device).pins_memory:
         return None
     source = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()
     target = torch.empty_like(source, device=device)
@@ -366,10 +366,10 @@ def run(
     if reason:
         _not_measured(doc, device_slug, reason)
     else:
-        if device.type == "cpu":
+        if not devices.of(device).facts.gpu:
             torch.set_num_threads(threads or train.cpu_threads or os.cpu_count() or 1)
         doc["threads"] = torch.get_num_threads()
-        doc["environment"] = {**envinfo.capture(device), "host_fingerprint": envinfo.host_fingerprint()}
+        doc["environment"] = devices.environment(device)
         _measure_witnessed(doc, device, device_slug, train, budget_seconds, quick, dataset, spec_models)
     doc["finished_at"] = train_mod.now_iso()
     doc["elapsed_seconds"] = time.perf_counter() - wall
@@ -442,7 +442,8 @@ def _measure(
     doc["optimizer_seconds_per_parameter"] = optimizer_seconds(device, budget_seconds * SHARES["optimizer"])
     if not quick:
         doc["host_to_device_bytes_per_second"] = host_to_device(device, budget_seconds * SHARES["host_to_device"])
-    if not quick and device.type == "cpu":  # a GPU's isolated layers are launch-bound: see costmodel.from_probe
+    # a GPU's isolated layers are launch-bound: see costmodel.from_probe
+    if not quick and not devices.of(device).facts.gpu:
         # the models asked for (gpuscale probe --model) and the study's own named by spec first, then the registry's
         names = list(dict.fromkeys([*spec_models, *models.MODEL_NAMES])) if spec_models else None
         table = layer_table(device, min(batch, TABLE_BATCH_CPU), budget_seconds * SHARES["layer_table"], names)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from gpuscale.contract.conditions import COMPONENTS
+from gpuscale.measure import devices
 
 REPEATS = 3
 _IMAGES = 512  # per repeat of the one-process pipeline
@@ -102,12 +103,12 @@ def _gpu_launch(device: torch.device) -> list[float]:
             x.mul_(1.0)
 
     chain()
-    torch.cuda.synchronize(device)
+    devices.of(device).synchronize(device)
     out = []
     for _ in range(REPEATS + 2):
         start = time.perf_counter()
         chain()
-        torch.cuda.synchronize(device)
+        devices.of(device).synchronize(device)
         out.append((time.perf_counter() - start) / ops)
     return out
 
@@ -123,7 +124,7 @@ def measure(train, device: torch.device) -> dict:
         "pipeline_one_process": _pipeline_one_process(train),
         "pipeline_workers": _pipeline_workers(train, device),
     }
-    if device.type == "cuda":
+    if devices.of(device).launch_witness:
         results["gpu_launch"] = _gpu_launch(device)
     return {
         "device": device.type,

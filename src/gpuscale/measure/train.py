@@ -27,7 +27,7 @@ from torch import nn
 from gpuscale.contract import conditions, record
 from gpuscale.contract.settings import DeviceSpec, RunSettings, TrainSettings
 from gpuscale.inputs import data as data_stage
-from gpuscale.measure import energy, envinfo, eta, loaders, sentinel, timinglock, variants
+from gpuscale.measure import devices, energy, envinfo, eta, loaders, sentinel, timinglock, variants
 from gpuscale.measure.epoch import evaluate, profile_phases, summarize_timing, synchronize, train_epoch
 from gpuscale.models import nets, registry
 
@@ -42,20 +42,11 @@ def torch_device(slug: str) -> torch.device:
     """'cpu', 'cuda', 'cuda-1', 'mps' (the params spelling; no ':' in file names) -> torch.device; a data-parallel
     spec ('cuda-ddp4', 'cpu-ddp2') gives its kind of device (each process then takes its own GPU)."""
     spec = DeviceSpec.parse(slug)
-    return torch.device(spec.kind) if spec.index is None else torch.device(spec.kind, spec.index)
+    return devices.of(spec.kind).torch_device(spec.index)
 
 
 def device_unavailable_reason(device: torch.device) -> str | None:
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            # a GPU this torch cannot use (driver too old for the build, or a CPU build) is named, with the fix
-            return envinfo.cuda_mismatch() or "no CUDA GPU on this host (torch.cuda.is_available() is False)"
-        index = device.index or 0
-        if index >= torch.cuda.device_count():
-            return f"this host has {torch.cuda.device_count()} CUDA GPU(s); cuda-{index} does not exist"
-    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        return "no Apple MPS device on this host"
-    return None
+    return devices.of(device).unavailable(device)
 
 
 def now_iso() -> str:
@@ -126,12 +117,7 @@ def spec_unavailable_reason(spec: str) -> str | None:
     world, kind = DeviceSpec.parse(spec).world_size, DeviceSpec.parse(spec).kind
     if world == 1:
         return device_unavailable_reason(torch_device(spec))
-    if kind == "cuda":
-        reason = device_unavailable_reason(torch.device("cuda", 0))
-        if reason is None and torch.cuda.device_count() < world:
-            reason = f"{spec} needs {world} CUDA GPUs; this host has {torch.cuda.device_count()}"
-        return reason
-    return None
+    return devices.of(kind).unavailable_processes(spec, world)
 
 
 def run(
@@ -230,12 +216,12 @@ def _run(
     if reason:
         return write_not_measured(run_ctx, base, reason)
     training = build_training(run_ctx, model, dataset, cache)
-    environment = envinfo.capture(run_ctx.device)
+    environment = devices.environment(run_ctx.device)
     environment["timing_lock"] = timinglock.describe()  # {path, held, waited_seconds, holder_pid}
     run_ctx.environment = environment
     log_start(run_ctx, base, environment)
     before = take_sentinel(run_ctx, "before")
-    meters = energy.gpu_meter(run_ctx.device), energy.cpu_meter()
+    meters = devices.of(run_ctx.device).energy_meter(run_ctx.device), energy.cpu_meter()
     epochs, segments, ckpt = train_epochs(run_ctx, training, meters, manifest_sha256)
     phase_profile = profile(run_ctx, training, epochs)
     state = conditions.conditions(environment.get("boot_id"), before, take_sentinel(run_ctx, "after"))
@@ -277,7 +263,7 @@ def prepare_context(run: RunSettings, out: Path, threads: int | None, resume: bo
         if train.distributed_batch == "global":
             per_process = max(1, train.batch_size // ctx.world_size)
         run_ctx.threads = max(1, threads // ctx.world_size)
-        run_ctx.device = torch.device("cuda", ctx.local_rank) if run.device.kind == "cuda" else torch.device("cpu")
+        run_ctx.device = devices.of(run.device.kind).process_device(ctx.local_rank)
         run_ctx.train = dataclasses.replace(train, batch_size=per_process)
         run_ctx.ctx = ctx
         run_ctx.distributed = {
@@ -327,7 +313,7 @@ def write_not_measured(run_ctx: RunContext, base: dict, reason: str) -> dict:
     result = record.not_measured(
         base,
         reason,
-        {**envinfo.capture(torch.device("cpu")), "timing_lock": timinglock.describe()},
+        {**envinfo.capture(), "timing_lock": timinglock.describe()},
         started_at=run_ctx.started_at,
         finished_at=now_iso(),
     )
@@ -345,7 +331,7 @@ def build_training(run_ctx: RunContext, model: nn.Module, dataset, cache: dict |
 
         def wrap(module):
             return nn.parallel.DistributedDataParallel(
-                module, device_ids=[device.index] if device.type == "cuda" else None
+                module, device_ids=devices.of(device).parallel_device_ids(device)
             )
 
         def sync():
@@ -566,7 +552,7 @@ def profile(run_ctx: RunContext, training: Training, epochs: list[dict]) -> dict
 
 
 def measured_record(run_ctx, base, environment, epochs, segments, phase_profile, training, meters, state) -> dict:
-    clock = "perf_counter after torch.cuda.synchronize" if run_ctx.device.type == "cuda" else "perf_counter"
+    clock = devices.of(run_ctx.device).clock
     wall_seconds = time.perf_counter() - run_ctx.wall_start
     return record.measured(
         base,

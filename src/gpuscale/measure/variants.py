@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import torch
 
 from gpuscale.contract.settings import Variant
+from gpuscale.measure import devices
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The knobs of params.yaml's `paper` variant, for callers that train without params (benchmarks).
@@ -32,10 +33,10 @@ CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 def compile_mode(knobs: Variant | dict, device_type: str) -> str:
-    """The torch.compile mode a run gets on this kind of device: CUDA graphs (reduce-overhead) need CUDA, so
-    elsewhere the run is uncompiled."""
+    """The torch.compile mode a run gets on this kind of device: CUDA graphs (reduce-overhead) need a kind that has
+    them (its `graphs`), so elsewhere the run is uncompiled."""
     knobs = Variant.of(knobs)
-    return "none" if knobs.compile == "reduce-overhead" and device_type != "cuda" else knobs.compile
+    return "none" if knobs.compile == "reduce-overhead" and not devices.of(device_type).graphs else knobs.compile
 
 
 def inductor_cache_dir() -> str:
@@ -93,44 +94,25 @@ class Runner:
     def __init__(self, name: str, knobs: Variant | dict, device: torch.device, cache: dict | None = None):
         knobs = Variant.of(knobs)
         self.name, self.knobs, self.device, self.cache = name, knobs, device, cache
+        self.kind = devices.of(device)
         self.effective: dict = {}
         self.notes: list[str] = []
         self._backend()
         self.autocast_dtype = AUTOCAST_DTYPES.get(knobs.precision)
-        if self.autocast_dtype is not None and device.type == "cpu" and not self._cpu_autocast_ok():
-            self.notes.append(f"{knobs.precision} autocast unavailable on this CPU: ran fp32")
+        if self.autocast_dtype is not None and not self.kind.autocast_ok(self.autocast_dtype):
+            self.notes.append(f"{knobs.precision} autocast unavailable on this {self.kind.facts.words}: ran fp32")
             self.autocast_dtype = None
         self.effective["autocast"] = str(self.autocast_dtype).replace("torch.", "") if self.autocast_dtype else None
-        self.scaler = (
-            torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 and device.type == "cuda" else None
-        )
+        self.scaler = self.kind.grad_scaler(self.autocast_dtype) if self.autocast_dtype is not None else None
         self.channels_last = knobs.memory_format == "channels_last"
 
     def _backend(self) -> None:
-        precision = self.knobs.precision
-        if self.device.type == "cuda":
-            if precision == "fp32":  # strict fp32: no TF32 anywhere
-                torch.backends.cuda.matmul.allow_tf32 = False
-                torch.backends.cudnn.allow_tf32 = False
-            elif precision in ("tf32", "bf16", "fp16"):
-                torch.backends.cuda.matmul.allow_tf32 = True
-                torch.backends.cudnn.allow_tf32 = True
-            # "default": PyTorch's own (TF32 convolutions, fp32 matmuls)
-            self.effective["matmul_tf32"] = torch.backends.cuda.matmul.allow_tf32
-            self.effective["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
+        self.effective.update(self.kind.precision(self.knobs.precision))  # its own switches (CUDA's TF32)
         # autotuning picks algorithms by timing: never together with deterministic mode
         torch.backends.cudnn.benchmark = (
             bool(self.knobs.cudnn_benchmark) and not torch.are_deterministic_algorithms_enabled()
         )
         self.effective["cudnn_benchmark"] = torch.backends.cudnn.benchmark
-
-    def _cpu_autocast_ok(self) -> bool:
-        try:
-            with torch.autocast("cpu", dtype=self.autocast_dtype):
-                torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2))
-            return True
-        except (RuntimeError, AssertionError):
-            return False
 
     def autocast(self):
         if self.autocast_dtype is None:

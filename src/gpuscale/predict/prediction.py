@@ -21,6 +21,7 @@ import math
 from importlib import resources
 from pathlib import Path
 
+from gpuscale import devices
 from gpuscale.contract import fsutil, recordcheck, recordset
 from gpuscale.contract import record as record_mod
 from gpuscale.predict import costmodel as cm
@@ -29,7 +30,7 @@ from gpuscale.predict import transfer
 log = logging.getLogger("gpuscale.predict")
 
 TABLES = ("host", "constants", "skipped")
-GPU_DEVICES = ("cuda", "mps")
+GPU_DEVICES = devices.GPU_KINDS  # the kinds that are GPUs (gpuscale.devices), read when asked
 
 
 def load_records(folder: Path) -> list[dict]:

@@ -1,0 +1,1 @@
+../../../../../src/gpuscale/measure/devices/cuda.py

@@ -1,0 +1,1 @@
+../../../../../src/gpuscale/measure/devices/__init__.py
