@@ -20,7 +20,9 @@ host CPU that feeds it), per step of B images (docs/hardware.md has the arithmet
     copy_T     = copy_S * host_link_S / host_link_T           (a GPU's host-to-device copy)
     loader_T   = loader_S * clock_S / clock_T * workers_S / workers_T
                  (loader_S: the whole step where the loader set the pace, else the batch over the workers' rate)
-    step_T     = max(loader_T, device_T + copy_T) on a GPU; device_T + wait_S * clock_S / clock_T on a CPU
+    stall_S    = step_S - max(loader_S, device_S + copy_S)        (a GPU's wait the slower stage does not explain)
+    step_T     = max(loader_T, device_T + copy_T) + stall_S * clock_S / clock_T on a GPU;
+                 device_T + wait_S * clock_S / clock_T on a CPU
     epoch_T    = steps * step_T
 
 A CPU's peak is threads x the slowest core type's FLOP/cycle x clock: PyTorch splits a kernel's work evenly over
@@ -251,8 +253,12 @@ def transfer_epoch(measured: Measured, cost: ModelCost, probe: ProbeRates, sourc
         workers_s = max(1, measured.loader_workers)
         workers_t = max(1, target.loader_workers or measured.loader_workers)
         loader_t = loader_s * clock_ratio * workers_s / workers_t
-        step_t = max(loader_t, device_t + copy_t)
-        out["target_terms"].update(copy=copy_t, loader=loader_t)
+        # the wait the slower stage does not explain (the two stages jitter around a bounded prefetch queue), host-side
+        stall_s = max(0.0, measured.step_seconds - max(loader_s, device_s + copy_s))
+        stall_t = stall_s * clock_ratio
+        step_t = max(loader_t, device_t + copy_t) + stall_t
+        out["source_terms"]["stall"] = stall_s
+        out["target_terms"].update(copy=copy_t, loader=loader_t, stall=stall_t)
         out["source_terms"]["loader"] = loader_s
         out["bound"] = "input pipeline" if loader_t > device_t + copy_t else "device"
     else:
