@@ -168,3 +168,9 @@ def test_the_band_comes_from_the_checks_errors():
 def test_precision_of_a_record():
     assert transfer.precision_of({"cudnn_tf32": True, "matmul_tf32": False}) == {"conv": "tf32", "matmul": "fp32"}
     assert transfer.precision_of({"autocast": "bf16"}) == {"conv": "bf16", "matmul": "bf16"}
+
+
+def test_the_all_core_clock_sets_the_compute_rate_where_printed():
+    # dispatch and loader stay on the single-core turbo; the many-thread compute takes the all-core clock
+    assert transfer.cpu_peak_flops(cpu(all_core_ghz=2.0), None, "test") == pytest.approx(8 * 32 * 2e9)
+    assert transfer.cpu_peak_flops(cpu(), None, "test") == pytest.approx(8 * 32 * 4e9)

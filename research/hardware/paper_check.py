@@ -35,6 +35,7 @@ REFERENCES = {
 HOST = "Reference GPU host (Intel Xeon, 16 vCPU)"
 PAPER_GPU, PAPER_CPU = "GeForce RTX 3050 8 GB", "Intel Core i9-14900K"
 PAPER_EPOCHS = 10
+ASSUMED = ("performance_boost_ghz", "all_core_ghz", "memory_bandwidth_gb_s")
 # The paper's totals over 10 epochs (docs: ../shared/PAPER.md), seconds
 PAPER = {
     "simplecnn": {"cpu": 114.94, "cuda": 57.99, "speedup": 2.0},
@@ -111,6 +112,8 @@ def model_costs() -> dict[str, ModelCost]:
 def with_clock(host: catalog.Device, scale: float) -> catalog.Device:
     """The host with its single-thread clock scaled by a measured pace ratio (the sentinel's one-process rate)."""
     figures = dict(host.figures, performance_boost_ghz=host.figure("performance_boost_ghz") * scale)
+    if host.has("all_core_ghz"):
+        figures["all_core_ghz"] = host.figure("all_core_ghz") * scale
     return catalog.Device(host.name, host.kind, figures, host.sources, host.source, host.aliases, host.origin)
 
 
@@ -149,8 +152,8 @@ def main() -> int:
     costs = model_costs()
     refs = {name: load_reference(folder) for name, (folder, _) in REFERENCES.items()}
     cards = {name: cat.lookup(card, catalog.GPU) for name, (_, card) in REFERENCES.items()}
-    result: dict = {"assumptions": {k: host.figures[k] for k in ("performance_boost_ghz", "memory_bandwidth_gb_s")}}
-    result["assumption_sources"] = {k: host.source_of(k) for k in ("performance_boost_ghz", "memory_bandwidth_gb_s")}
+    result: dict = {"assumptions": {k: host.figures[k] for k in ASSUMED}}
+    result["assumption_sources"] = {k: host.source_of(k) for k in ASSUMED}
 
     # 1 and 2: where the truth was measured
     checks: dict[str, list[dict]] = {

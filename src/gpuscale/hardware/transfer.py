@@ -25,8 +25,9 @@ host CPU that feeds it), per step of B images (docs/hardware.md has the arithmet
                  device_T + wait_S * clock_S / clock_T on a CPU
     epoch_T    = steps * step_T
 
-A CPU's peak is threads x the slowest core type's FLOP/cycle x clock: PyTorch splits a kernel's work evenly over
-its threads, so on a hybrid part the efficiency cores set the pace. Peaks are datasheet peaks on both sides; the
+A CPU's peak is threads x the slowest core type's FLOP/cycle x clock (the all-core clock where the vendor prints it,
+else the max turbo): PyTorch splits a kernel's work evenly over its threads, so on a hybrid part the efficiency
+cores set the pace. Peaks are datasheet peaks on both sides; the
 efficiency a kernel reaches is carried from S (the probe measured rates, not peaks), so only its ratio matters.
 The band comes from how far this transfer erred where the truth was measured (band_factor of those log errors),
 never a constant. Plain data in, numbers out: no torch, no file reading (the caller loads records and probes).
@@ -136,7 +137,8 @@ def cpu_peak_flops(cpu: Device, threads: int | None, why: str) -> float:
     p = int(cpu.figure("performance_cores", why))
     e = int(cpu.figure("efficiency_cores", why)) if cpu.figures.get("efficiency_cores") else 0
     n = int(threads or (p + e))
-    rate = cpu.figure("fp32_flops_per_cycle_performance", why) * clock_ghz(cpu, why) * 1e9
+    clock = cpu.figure("all_core_ghz", why) if cpu.has("all_core_ghz") else clock_ghz(cpu, why)
+    rate = cpu.figure("fp32_flops_per_cycle_performance", why) * clock * 1e9
     if n > p and e:
         rate = min(
             rate,
