@@ -146,6 +146,43 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def paper_table(cat, refs, cards, host, costs, factors, cpu_threads=None) -> tuple[list, list, dict]:
+    """The paper's six epochs (10-epoch totals) and three speedups, each source's prediction geometric-meaned."""
+    gpu_t = Machine(cat.lookup(PAPER_GPU, catalog.GPU), cat.lookup(PAPER_CPU, catalog.CPU))
+    cpu_t = Machine(cat.lookup(PAPER_CPU, catalog.CPU), cat.lookup(PAPER_CPU, catalog.CPU), threads=cpu_threads)
+    paper_rows, speedups, terms = [], [], {}
+    for model, truth in PAPER.items():
+        epochs = {}
+        for device, target in (("cuda", gpu_t), ("cpu", cpu_t)):
+            preds = []
+            for name, (meas, probes, _) in refs.items():
+                source = Machine(cards[name], host) if device == "cuda" else Machine(host, host)
+                p = transfer.transfer_epoch(meas[(model, device)], costs[model], probes[device], source, target)
+                preds.append(p["predicted_epoch_seconds"])
+                terms[f"{model}/{device}/{name}"] = {
+                    "bound": p["bound"],
+                    "correction": round(p["correction"], 3),
+                    "source_terms": {k: round(v, 5) for k, v in p["source_terms"].items()},
+                    "target_terms": {k: round(v, 5) for k, v in p["target_terms"].items()},
+                }
+            epochs[device] = transfer.geometric_mean(preds) * PAPER_EPOCHS
+            label = PAPER_GPU if device == "cuda" else PAPER_CPU
+            paper_rows.append(row(model, "H200+H100 records", label, epochs[device], truth[device], factors[device]))
+        predicted = epochs["cpu"] / epochs["cuda"]
+        factor = math.exp(math.hypot(math.log(factors["cpu"]), math.log(factors["cuda"])))
+        speedups.append(
+            {
+                "model": model,
+                "predicted_speedup": round(predicted, 2),
+                "paper_speedup": truth["speedup"],
+                "error": round(predicted / truth["speedup"] - 1, 4),
+                "band": [round(predicted / factor, 2), round(predicted * factor, 2)],
+                "inside_band": transfer.inside(predicted, truth["speedup"], factor),
+            }
+        )
+    return paper_rows, speedups, terms
+
+
 def main() -> int:
     cat = catalog.load(HERE / "assumptions.yaml")
     host = cat.lookup(HOST, catalog.CPU)
@@ -205,40 +242,22 @@ def main() -> int:
     result["band_factors"] = {k: round(v, 4) for k, v in factors.items()}
     result["band_widths_high_over_low"] = {k: round(v * v, 3) for k, v in factors.items()}
 
-    # 3: the paper's table
-    gpu_t = Machine(cat.lookup(PAPER_GPU, catalog.GPU), cat.lookup(PAPER_CPU, catalog.CPU))
-    cpu_t = Machine(cat.lookup(PAPER_CPU, catalog.CPU), cat.lookup(PAPER_CPU, catalog.CPU))
-    paper_rows, speedups, terms = [], [], {}
-    for model, truth in PAPER.items():
-        epochs = {}
-        for device, target in (("cuda", gpu_t), ("cpu", cpu_t)):
-            preds = []
-            for name, (meas, probes, _) in refs.items():
-                source = Machine(cards[name], host) if device == "cuda" else Machine(host, host)
-                p = transfer.transfer_epoch(meas[(model, device)], costs[model], probes[device], source, target)
-                preds.append(p["predicted_epoch_seconds"])
-                terms[f"{model}/{device}/{name}"] = {
-                    "bound": p["bound"],
-                    "correction": round(p["correction"], 3),
-                    "source_terms": {k: round(v, 5) for k, v in p["source_terms"].items()},
-                    "target_terms": {k: round(v, 5) for k, v in p["target_terms"].items()},
-                }
-            epochs[device] = transfer.geometric_mean(preds) * PAPER_EPOCHS
-            label = PAPER_GPU if device == "cuda" else PAPER_CPU
-            paper_rows.append(row(model, "H200+H100 records", label, epochs[device], truth[device], factors[device]))
-        predicted = epochs["cpu"] / epochs["cuda"]
-        factor = math.exp(math.hypot(math.log(factors["cpu"]), math.log(factors["cuda"])))
-        speedups.append(
-            {
-                "model": model,
-                "predicted_speedup": round(predicted, 2),
-                "paper_speedup": truth["speedup"],
-                "error": round(predicted / truth["speedup"] - 1, 4),
-                "band": [round(predicted / factor, 2), round(predicted * factor, 2)],
-                "inside_band": transfer.inside(predicted, truth["speedup"], factor),
-            }
-        )
+    # 3: the paper's table, then what two unverified choices move it (docs/hardware.md)
+    paper_rows, speedups, terms = paper_table(cat, refs, cards, host, costs, factors)
+    sensitivity = []
+    for label, fraction, threads in (
+        ("saturated fraction 0.4", 0.4, None),
+        ("saturated fraction 0.2", 0.2, None),
+        ("i9 on its 8 P-cores alone", transfer.SATURATED_FRACTION, 8),
+    ):
+        kept, transfer.SATURATED_FRACTION = transfer.SATURATED_FRACTION, fraction
+        try:
+            rows_, speedups_, _ = paper_table(cat, refs, cards, host, costs, factors, cpu_threads=threads)
+        finally:
+            transfer.SATURATED_FRACTION = kept
+        sensitivity.append({"what": label, "rows": rows_, "speedups": speedups_})
     result["paper"] = {"rows": paper_rows, "summary": summary(paper_rows), "speedups": speedups, "terms": terms}
+    result["paper_sensitivity"] = sensitivity
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results/paper_check.json").write_text(json.dumps(result, indent=1) + "\n")
     md = markdown(result)
@@ -306,6 +325,33 @@ def markdown(result: dict) -> str:
             f"| {s['model']} | {s['predicted_speedup']:.1f}x | {s['paper_speedup']}x | {s['error']:+.1%} | "
             f"{s['band'][0]:.1f}-{s['band'][1]:.1f}x | {'yes' if s['inside_band'] else 'no'} |"
         )
+    lines += ["", "### What two unverified choices move", ""]
+    lines += [
+        "| choice | "
+        + " | ".join(
+            f"{r['model']} {'GPU' if r['target'] == PAPER_GPU else 'CPU'} (s)" for r in result["paper"]["rows"]
+        )
+        + " | speedups |",
+        "|---|" + "---|" * (len(result["paper"]["rows"]) + 1),
+    ]
+    for case in [
+        {"what": "as above", "rows": result["paper"]["rows"], "speedups": result["paper"]["speedups"]},
+        *result["paper_sensitivity"],
+    ]:
+        lines.append(
+            f"| {case['what']} | "
+            + " | ".join(f"{r['predicted_epoch_seconds']:.0f}" for r in case["rows"])
+            + " | "
+            + " / ".join(f"{x['predicted_speedup']:.1f}x" for x in case["speedups"])
+            + " |"
+        )
+    lines.append(
+        "| the paper | "
+        + " | ".join(f"{r['measured_epoch_seconds']:.0f}" for r in result["paper"]["rows"])
+        + " | "
+        + " / ".join(f"{x['paper_speedup']}x" for x in result["paper"]["speedups"])
+        + " |"
+    )
     lines.append("")
     return "\n".join(lines)
 
