@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
-LOCKS = {"core.txt": [], "lock.txt": ["workflow", "report", "slurm", "energy", "test"]}
+LOCKS = {"core.txt": [], "lock.txt": ["workflow", "report", "slurm", "energy", "hardware", "test"]}
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"
 STAMP = "# pyproject-dependencies-sha256: "

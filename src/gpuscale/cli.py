@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("estimate", "print the predicted duration of each timing job still to run, and the total"),
     "sentinel": ("sentinel", "measure the machine state the timings depend on (a few seconds; a witness)"),
     "use": ("use", "choose the overlays plain snakemake and dvc repro run with (gpuscale use config/quick.yaml)"),
+    "hardware": ("hardware", "list or search the hardware catalog (GPUs and CPUs with datasheet figures)"),
 }
 # The commands that write the project's outputs: refused while another workflow works in the folder.
 PROJECT_WRITERS = ("host", "data", "train", "probe", "sentinel", "aggregate", "charts", "report", "predict", "use")
