@@ -239,7 +239,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         shared = [
             (name, defs[-1].baseid)
-            for name, defs in getattr(item, "_fixtureinfo").name2fixturedefs.items()
+            for name, defs in item._fixtureinfo.name2fixturedefs.items()
             if defs and defs[-1].scope in ("module", "session") and name not in ("tmp_path_factory", "worker_id")
         ]
         if shared:
