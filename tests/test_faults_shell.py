@@ -31,8 +31,14 @@ def test_every_field_of_every_shell_command_is_quoted(rules):
     assert all(f.endswith(":q") or f in UNQUOTED_OK for f in fields), [f for f in fields if not f.endswith(":q")]
 
 
-def test_params_args_are_quoted_where_built():
-    assert "shlex.quote(f)" in (REPO / "workflow/rules/common.smk").read_text()
+def test_params_args_name_one_fixed_file_and_no_user_path():
+    """The stage commands read the merged params (`gpuscale use`), a path of gpuscale's own: no overlay's name, which
+    could hold a space or a semicolon, is written into a shell command."""
+    text = (REPO / "workflow/rules/common.smk").read_text()
+    assert 'PARAMS_ARGS = f"--params {overlay_choice.MERGED_PARAMS}"' in text
+    from gpuscale.commands import use as overlay_choice
+
+    assert re.fullmatch(r"[\w./-]+", str(overlay_choice.MERGED_PARAMS))
 
 
 @pytest.mark.e2e
@@ -68,10 +74,11 @@ def test_make_quotes_overlays_and_validates_them_before_snakemake(tmp_path):
     )
     line = done.stdout.replace("\\\n", " ").strip().splitlines()[-1]
     words = shlex.split(line)
-    assert words[words.index("validate") - 1] == "gpuscale" and words.index("validate") < words.index("snakemake")
-    start = words.index("validate")
-    assert "it's;here.yaml" in words[start : words.index("&&", start)]
-    assert words[-2:] == ["config/quick.yaml", "it's;here.yaml"]
+    # `gpuscale use` checks the overlays and records them; snakemake then runs with no overlay on its command line
+    assert words[words.index("use") - 1] == "gpuscale" and words.index("use") < words.index("snakemake")
+    start = words.index("use")
+    assert words[start + 1 : words.index("&&", start)] == ["config/quick.yaml", "it's;here.yaml"]
+    assert words[words.index("snakemake") :] == ["snakemake", "--cores", "4"]
 
 
 SCRIPTS = sorted([*REPO.glob("benchmarks/*.sh"), *REPO.glob("research/**/*.sh"), *REPO.glob("reference/*.sh")])

