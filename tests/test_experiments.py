@@ -19,7 +19,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, TINY, copy_project, run, tool_env, write_yaml
+from conftest import REPO, TINY, copy_project, run, tool_env, use_params, write_yaml
 
 from gpuscale import deps
 from gpuscale.contract import params
@@ -66,6 +66,7 @@ def test_exp_run_with_a_changed_param_then_show_and_diff(tmp_path, monkeypatch):
     config["study"].update(models=["simplecnn"], devices=["cpu"])
     config["train"]["epochs"] = 1
     write_yaml(repo / "params.yaml", config)
+    use_params(repo)  # the study's lists changed: what dvc.yaml's matrix reads, as `gpuscale use` writes it
     commit(repo, "tiny study")
     run(["dvc", "repro"], repo)
     commit(repo, "baseline")

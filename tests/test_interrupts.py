@@ -230,7 +230,8 @@ def test_an_address_space_limit_met_while_torch_loads_is_one_line(tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
 
     done = subprocess.run(
-        [sys.executable, "-m", "gpuscale", "models", "--params", str(REPO / "params.yaml")],
+        # sentinel loads torch at once (`gpuscale models` no longer does: it reads the shipped facts)
+        [sys.executable, "-m", "gpuscale", "sentinel", "--out", str(tmp_path / "sentinel.json")],
         cwd=tmp_path,
         env=tool_env(),
         capture_output=True,
@@ -239,7 +240,7 @@ def test_an_address_space_limit_met_while_torch_loads_is_one_line(tmp_path):
         check=False,
         timeout=300,
     )
-    one_line(done, 1, "gpuscale models: error: ", "for want of address space", "ulimit -v: 400 MiB")
+    one_line(done, 1, "gpuscale sentinel: error: ", "for want of address space", "ulimit -v: 400 MiB")
 
 
 def test_tempfile_under_a_zero_file_size_limit_is_named():
