@@ -9,6 +9,7 @@ import polars as pl
 from gpuscale import words
 from gpuscale.analyze.tables import KEY_COLUMNS, LOCAL_SOURCE
 from gpuscale.contract import conditions as machine
+from gpuscale.present.columns import heading
 from gpuscale.present.page import UNKNOWN_LEASE, Page, _by_flops, _cell, _lease_short, speedup_interval, table
 
 ID = "conditions"
@@ -203,7 +204,7 @@ def _varying(frame: pl.DataFrame, columns: list[str], context: list[str]) -> tup
     once in the caption instead, ' Every row: ...')."""
     kept = [c for c in columns if frame[c].null_count() < frame.height]
     same = [c for c in context if c in kept and frame.height > 1 and frame[c].n_unique() == 1]
-    note = "; ".join(f"{words.column(c)} {_cell(c, frame[c][0])}" for c in same)
+    note = "; ".join(f"{heading(c)} {_cell(c, frame[c][0])}" for c in same)
     return [c for c in kept if c not in same], f" Every row: {note}." if note else ""
 
 
