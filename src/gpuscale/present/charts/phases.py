@@ -6,6 +6,7 @@ import altair as alt
 import polars as pl
 
 from gpuscale import words
+from gpuscale.analyze.tables import LOCAL_SOURCE
 from gpuscale.contract.record import PHASES as PHASE_ORDER
 from gpuscale.present.charts.style import Style, _empty, _mapped, _title, framed, named
 from gpuscale.present.charts.usage import _row_label
@@ -16,9 +17,12 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
 
     Shares, not seconds: one study spans epochs of under a second and of many minutes, and on one seconds axis the
     fast runs' bars would vanish. The seconds per steady epoch are in the tooltip."""
+    sources = phase_table["source"].unique().to_list() if not phase_table.is_empty() else []
+    here = "; 'here': this host" if LOCAL_SOURCE in sources and len(sources) > 1 else ""
     title = _title(
         "Where a training step's time goes",
-        "share of each phase, from instrumented steps after training; the clean timings stay apart",
+        "share of each phase, from instrumented steps after training; the clean timings stay apart; rows of the "
+        f"paper variant unless another is named{here}",
         runs,
     )
     if phase_table.is_empty():
@@ -28,7 +32,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         alt.Chart(data)
         .mark_bar()
         .encode(
-            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=230)),
+            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=210)),
             x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
             color=alt.Color(
                 "phase_words:N",

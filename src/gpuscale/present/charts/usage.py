@@ -22,13 +22,15 @@ def _model_order(frame: pl.DataFrame) -> list[str]:
 
 
 def _row_label(frame: pl.DataFrame, *parts: str) -> pl.Expr:
-    """model · device · variant (the variant where the chart shows several) · source (where it shows several, by a
-    short tag: 'here' for this host, a reference folder's first word, e.g. 'h200'): short enough to be read whole
-    beside a phone's bars."""
+    """model · device · variant (one other than the paper's, where the chart shows several) · source (where it
+    shows several, by a short tag: 'here' for this host, a reference folder's first word, e.g. 'h200'): short
+    enough to be read whole beside a phone's bars."""
     exprs = [pl.col("model")]
     for part in parts:
-        if part != "variant" or frame[part].n_unique() > 1:
+        if part != "variant":
             exprs += [pl.lit(" · "), pl.col(part)]
+        elif frame[part].n_unique() > 1:  # the paper's protocol goes without saying; another variant is named
+            exprs.append(pl.when(pl.col(part) == "paper").then(pl.lit("")).otherwise(pl.lit(" · ") + pl.col(part)))
     if frame["source"].n_unique() > 1:
         exprs += [pl.lit(" · "), _mapped(frame, "source", source_tags(frame["source"].unique().to_list()).get)]
     return pl.concat_str(exprs)
