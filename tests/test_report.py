@@ -678,6 +678,9 @@ def test_a_host_without_a_gpu_sees_each_reference_gpus_epoch_as_a_ratio_of_two_m
     ]
     assert [c["text"] for c in got["table"]["rows"][0]] == ["simplecnn", "10.00", "5.00", "2.0×"]
     assert "its CPU only (no GPU found)" in got["measured"] and "ratio of two machines" in got["definition"]
+    row = next(r for r in headline(tables["speedup"], 0.02)["rows"] if r["model"] == "simplecnn")
+    here = row["cells"][1 + headline(tables["speedup"], 0.02)["header"][1:].index("this host, paper, 2 epochs")]
+    assert here["value"] == "—" and "CPU 10.0 s/epoch" in here["lines"]  # the CPU time measured, not only 'no GPU'
 
 
 def test_a_reference_only_report_has_no_host_section(tmp_path):

@@ -6,7 +6,6 @@ import altair as alt
 import polars as pl
 
 from gpuscale import words
-from gpuscale.analyze.tables import LOCAL_SOURCE
 from gpuscale.contract.record import PHASES as PHASE_ORDER
 from gpuscale.present.charts.style import Style, _empty, _mapped, _title, framed, named
 from gpuscale.present.charts.usage import _row_label
@@ -17,12 +16,9 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
 
     Shares, not seconds: one study spans epochs of under a second and of many minutes, and on one seconds axis the
     fast runs' bars would vanish. The seconds per steady epoch are in the tooltip."""
-    sources = phase_table["source"].unique().to_list() if not phase_table.is_empty() else []
-    here = "; 'here': this host" if LOCAL_SOURCE in sources and len(sources) > 1 else ""
     title = _title(
         "Where a training step's time goes",
-        "share of each phase, from instrumented steps after training; the clean timings stay apart; rows of the "
-        f"paper variant unless another is named{here}",
+        "share of each phase, from instrumented steps after training; the clean timings stay apart",
         runs,
     )
     if phase_table.is_empty():

@@ -9,6 +9,7 @@ import polars as pl
 from gpuscale import words
 from gpuscale.analyze.tables import KEY_COLUMNS, LOCAL_SOURCE
 from gpuscale.contract import conditions as machine
+from gpuscale.present import sessions
 from gpuscale.present.columns import heading
 from gpuscale.present.page import UNKNOWN_LEASE, Page, _by_flops, _cell, _lease_short, speedup_interval, table
 
@@ -345,7 +346,7 @@ def conditions_section(tables: dict) -> dict:
         groups[PAIRING_GROUPS[kind]].append(
             f"{words.source_short(r['source'])}, {r['variant']}, {r['model']}: "
             + (f"{figure}; " if figure else "")
-            + r["pairing_reason"]
+            + sessions.in_text(r["pairing_reason"])  # analyze quotes boot ids; the page names sessions
         )
     return {
         "pairing": tables.get("pairing", "same-lease"),

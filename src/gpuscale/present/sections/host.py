@@ -137,6 +137,8 @@ def this_host(tables: dict, pred: dict | None, predicted_images: int = PREDICTED
         "predicted_line": (
             f"Every measured epoch ({checked}) falls inside the band this host's prediction gave it."
             if checked
+            else "This host's prediction covers none of the models measured here."
+            if predicted
             else "No prediction for this host (no probe records): nothing to check its measurements against."
         ),
         "trust": _trust(runs, local.filter(pl.col("variant") == variant), has_gpu),
