@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO
 
 from gpuscale.analyze import aggregate
+from gpuscale.analyze.tables import LOCAL_SOURCE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = REPO / "test-artifacts"
@@ -27,7 +28,9 @@ LAUNCH_ARGS = [
     "--disable-sync",
 ]
 PAGE_FACTS = r"""() => {
-  const key = document.getElementById('key').getBoundingClientRect();
+  const first = document.getElementById('host') || document.getElementById('key');
+  const key = first.getBoundingClientRect();
+  const hostTable = document.querySelector('#host table');
   const small = [];
   for (const el of document.querySelectorAll('body *')) {
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
@@ -70,7 +73,11 @@ PAGE_FACTS = r"""() => {
     height: document.documentElement.scrollHeight,
     keyTop: key.top + window.scrollY,
     keyBottom: key.bottom + window.scrollY,
-    keyText: document.getElementById('key').innerText,
+    keyText: first.innerText,
+    firstId: first.id,
+    hostRows: [...document.querySelectorAll('#host tbody tr')].map(tr => [...tr.cells].map(c => c.innerText)),
+    hostTableRight: hostTable ? hostTable.getBoundingClientRect().right : null,
+    untitledAbbr: [...document.querySelectorAll('abbr')].filter(a => !a.title.trim()).length,
     text: document.body.innerText,
     small: small,
     charts: [...document.querySelectorAll('div.vega')].map(d => [d.id,
@@ -161,15 +168,32 @@ def check_in_chromium(folder: Path, tag: str) -> dict:
 
 
 def assert_reads_first(facts: dict, folder: Path) -> None:
+    """The first screen (1440x900) holds the answer: this host's results where it has records (before the
+    reference's), else the key results; this host's table fits a phone's width."""
     wide = facts["wide"]
-    assert wide["keyBottom"] <= SCREENS["wide"][1], "the key results do not fit the first screen"
+    assert wide["keyBottom"] <= SCREENS["wide"][1], f"{wide['firstId']} does not fit the first screen"
     assert wide["height"] <= MAX_SCREENS_WIDE * SCREENS["wide"][1], wide["height"]
     for name in ("speedup_vs_flops", "speedup_vs_parameters"):  # labels kept apart, not dropped wholesale
         shown = {text for text, *_ in wide["labels"][name]}
         assert {"simplecnn", "resnet18", "resnet50"} <= shown, (name, shown)
-    speedup = aggregate.read_tables(folder / "tables")["speedup"]
-    for model in speedup.filter(pl.col("speedup").is_not_null())["model"].unique().to_list():
-        assert re.search(rf"\b{re.escape(model)} [\d.]+×", wide["keyText"]), model
+    tables = aggregate.read_tables(folder / "tables")
+    speedup = tables["speedup"]
+    local = tables["runs"].filter(pl.col("source") == LOCAL_SOURCE)
+    if local.is_empty():
+        assert wide["firstId"] == "key"
+        for model in speedup.filter(pl.col("speedup").is_not_null())["model"].unique().to_list():
+            assert re.search(rf"\b{re.escape(model)} [\d.]+×", wide["keyText"]), model
+    else:
+        assert wide["firstId"] == "host", "this host's results do not come first"
+        rows = {cells[0]: cells for cells in wide["hostRows"]}
+        assert set(local["model"].to_list()) <= set(rows), rows
+        for r in speedup.filter((pl.col("source") == LOCAL_SOURCE) & pl.col("speedup").is_not_null()).to_dicts():
+            assert f"{r['speedup']:.1f}×" in rows[r["model"]], (r["model"], rows[r["model"]])
+        phone = facts["phone"]
+        assert phone["hostTableRight"] <= SCREENS["phone"][0], "this host's table runs off a phone's screen"
+    for screen in SCREENS:
+        assert facts[screen]["untitledAbbr"] == 0, "a glossed term without its explanation"
+        assert not re.search(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){3}|\b[0-9a-f]{8}…", facts[screen]["text"]), "a boot id"
     visible = set(re.findall(r"(?<![.\w/])[a-z0-9]+(?:_[a-z0-9]+)+(?![\w/.])", wide["text"]))
     models = set(aggregate.read_tables(folder / "tables")["runs"]["model"].to_list())
     assert (visible & _column_names(folder / "tables")) - models == set()

@@ -211,3 +211,26 @@ def test_every_sweep_chart_is_drawn_by_one_builder_with_end_labels(tmp_path):
     assert per_width["model"].to_list() == [["resnet18", "resnet50"]] * len(chart_labels.LABEL_WIDTHS[1:])
     assert per_width["world_size"].to_list() == [[4]] * len(chart_labels.LABEL_WIDTHS[1:])
     assert spec["description"] == "Data-parallel scaling"
+
+
+def test_a_row_label_names_the_paper_variant_by_saying_nothing_and_a_source_by_a_short_tag():
+    from gpuscale.analyze.tables import LOCAL_SOURCE
+    from gpuscale.present.charts.usage import _row_label, source_tags
+
+    frame = pl.DataFrame(
+        {
+            "model": ["mobilenet_v3_small", "mobilenet_v3_small", "resnet18"],
+            "device_kind": ["CPU", "GPU", "CPU"],
+            "variant": ["paper", "paper", "tuned"],
+            "source": [LOCAL_SOURCE, "reference: h200-2026-12-04", "reference: h200-2026-12-04"],
+        }
+    )
+    got = frame.select(_row_label(frame, "device_kind", "variant").alias("row"))["row"].to_list()
+    assert got == [
+        "mobilenet_v3_small · CPU · here",
+        "mobilenet_v3_small · GPU · h200",
+        "resnet18 · CPU · tuned · h200",
+    ]
+    # two folders of one card keep their whole names, so their rows stay apart
+    tags = source_tags(["reference: h200-2026-12-02", "reference: h200-2026-12-04"])
+    assert tags == {"reference: h200-2026-12-02": "h200-2026-12-02", "reference: h200-2026-12-04": "h200-2026-12-04"}

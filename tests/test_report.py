@@ -573,3 +573,177 @@ def test_the_reference_study_report_shows_this_host_s_section_without_the_valida
     assert positions == sorted(positions)
     assert "No probe records of this host" in html  # no host table without probes
     assert "noise floor" not in html and "leave one lease out" not in html.lower()
+
+
+# ---- this host first (issue 48), columns by declaration (issue 47) -------------------------------------------------
+LEASE = "2c14ab0f-368d-4c99-a790-e1504e96dc93"
+
+
+def _hand_made_host_predictions(bands: dict[tuple[str, str], tuple[float, float, float]]) -> dict:
+    """The predict stage's host rows (hand-written, as results/predict/host.* hold them): (model, device) ->
+    (predicted, low, high) seconds per epoch."""
+    return {
+        **{name: [] for name in predict.TABLES},
+        "host": [
+            {
+                "model": model,
+                "device": device,
+                "variant": "paper",
+                "quantity": "epoch_seconds",
+                "predicted": predicted,
+                "low": low,
+                "high": high,
+                "bound": "compute",
+                "calibration": "probe",
+                "label": "prediction",
+            }
+            for (model, device), (predicted, low, high) in bands.items()
+        ],
+        "beside": [],
+    }
+
+
+def _without_scripts(html: str) -> str:
+    """The page a reader sees and the markup around it, without the embedded specs, CSVs and libraries."""
+    return re.sub(r"<script\b.*?</script>", "", html, flags=re.DOTALL)
+
+
+def test_this_hosts_results_come_first_then_the_reference(built):
+    html = (built / "index.html").read_text()
+    assert html.index('<section id="host"') < html.index('<section id="key"') < html.index('<section id="table"')
+    host = html[html.index('<section id="host"') : html.index('<section id="key"')]
+    assert "This host: what was measured here" in host and "How far to trust it" in host
+    assert "3 models on its CPU and its GPU, 2 epochs of 1,000 images each" in host
+    for model, speedup in (("simplecnn", "2.0×"), ("resnet18", "7.5×"), ("resnet50", "40.0×")):
+        assert re.search(rf"<td>{model}</td><td>[\d.,]+</td><td>[\d.,]+</td><td>{re.escape(speedup)}</td>", host)
+
+
+def test_a_measured_epoch_outside_its_predicted_band_is_flagged_on_the_first_screen(built):
+    from gpuscale.present.sections.host import this_host
+
+    tables = aggregate.read_tables(built / "tables")
+    # resnet18: CPU 45 s measured, predicted 27.5 s (20-35: a miss); GPU 6 s measured, 5-8 predicted (inside)
+    pred = _hand_made_host_predictions({("resnet18", "cpu"): (27.5, 20.0, 35.0), ("resnet18", "cuda"): (6.5, 5.0, 8.0)})
+    got = this_host(tables, pred, predicted_images=1000)
+    (miss,) = got["misses"]
+    assert miss.startswith("resnet18, CPU: measured 45.0 s an epoch, predicted 27.5 s (band 20.0 s–35.0 s)")
+    cells = {row[0]["text"]: [c["text"] for c in row] for row in got["table"]["rows"]}
+    assert cells["resnet18"][1].endswith("⚠ outside its band") and "⚠" not in cells["resnet18"][2]
+    # the band is priced for the predict stage's images: at 50,000 predicted, 1,000 trained, it scales by 1/50
+    scaled = this_host(tables, _hand_made_host_predictions({("resnet18", "cpu"): (45 * 50, 44 * 50, 46 * 50)}))
+    assert scaled["misses"] == [] and scaled["predicted_line"].startswith("Every measured epoch (1)")
+    params = yaml.safe_load((built / "params.yaml").read_text())
+    params["data"]["train_size"] = 1000  # the images the predict stage priced an epoch at
+    html = report.render(tables, built / "charts", params, [], vega_bundle="/* */", pred=pred)
+    first = html[html.index('<section id="host"') : html.index('<section id="key"')]
+    assert "1 measured epoch outside its predicted band" in first and "resnet18, CPU: measured 45.0 s" in first
+
+
+def test_a_host_without_a_gpu_sees_each_reference_gpus_epoch_as_a_ratio_of_two_machines(tmp_path):
+    from gpuscale.present.sections.host import this_host
+
+    ref = tmp_path / "reference" / "other-2026-01-02"
+    records.study(ref, {"simplecnn": 4.0}, {"simplecnn": 20.0}, host="refhost")
+    here = [records.write(tmp_path / "runs", records.make("simplecnn", "cpu", [10.0, 10.0]))]
+    tables = aggregate.read_tables(_build(tmp_path, here, [str(ref)]) / "tables")
+    got = this_host(tables, None)
+    assert got["table"]["header"] == [
+        "model",
+        "CPU epoch (s)",
+        "other-2026-01-02 GPU epoch (s)",
+        "CPU here ÷ other-2026-01-02 GPU (×, two machines)",
+    ]
+    assert [c["text"] for c in got["table"]["rows"][0]] == ["simplecnn", "10.00", "5.00", "2.0×"]
+    assert "its CPU only (no GPU found)" in got["measured"] and "ratio of two machines" in got["definition"]
+    row = next(r for r in headline(tables["speedup"], 0.02)["rows"] if r["model"] == "simplecnn")
+    here = row["cells"][1 + headline(tables["speedup"], 0.02)["header"][1:].index("this host, paper, 2 epochs")]
+    assert here["value"] == "—" and "CPU 10.0 s/epoch" in here["lines"]  # the CPU time measured, not only 'no GPU'
+
+
+def test_a_reference_only_report_has_no_host_section(tmp_path):
+    ref = tmp_path / "reference" / "other-2026-01-02"
+    records.study(ref, {"simplecnn": 4.0}, {"simplecnn": 20.0})
+    html = (_build(tmp_path, [], [str(ref)]) / "index.html").read_text()
+    assert '<section id="host"' not in html and '<section id="key"' in html
+
+
+def test_machine_sessions_read_as_a_date_and_a_letter_never_a_boot_id(tmp_path):
+    paths = records.study(tmp_path / "runs", {"simplecnn": 2.0, "resnet18": 7.5}, records.CPU_EPOCH, lease=LEASE)
+    other = "7ca8510a-2952-447d-8754-b14623da5c27"
+    late = records.make(
+        "resnet50", "cpu", [9.0], lease=other, started="2026-01-03T00:00:00+00:00", finished="2026-01-03T00:01:00+00:00"
+    )
+    paths.append(records.write(tmp_path / "runs", late))
+    html = _without_scripts((_build(tmp_path, paths, []) / "index.html").read_text())
+    for lease in (LEASE, other):
+        assert lease not in html and f"{lease[:8]}…" not in html
+    assert "2026-01-01 A" in html and "2026-01-03 B" in html
+
+
+def test_sessions_are_lettered_in_the_order_they_began():
+    from gpuscale.present import sessions
+
+    names = sessions.of(
+        [
+            {"lease": "b" * 8 + LEASE[8:], "started_at": "2026-01-02T00:00:00+00:00"},
+            {"lease": LEASE, "started_at": "2026-01-01T09:00:00+00:00"},
+            {"lease": "unknown", "started_at": "2026-01-01T00:00:00+00:00"},
+        ]
+    )
+    assert names == {LEASE: "2026-01-01 A", "b" * 8 + LEASE[8:]: "2026-01-02 B"}
+    with sessions.using(names):
+        assert sessions.name(LEASE) == "2026-01-01 A" and sessions.name("unknown") == "not recorded"
+        assert sessions.name("f" * 8 + LEASE[8:]) == "another session"
+        assert sessions.in_text(f"CPU in {LEASE[:8]}…, GPU in {LEASE}") == "CPU in 2026-01-01 A, GPU in 2026-01-01 A"
+
+
+def test_every_project_term_on_the_page_carries_its_explanation(built):
+    from gpuscale import words
+    from gpuscale.present.page import gloss
+
+    assert {term for _, term in words.GLOSSED} <= set(words.GLOSSARY)
+    html = (built / "index.html").read_text()
+    abbrs = re.findall(r"<abbr( title=\"([^\"]*)\")?>", html)
+    assert abbrs and all(title.strip() for _, title in abbrs)
+    glossary = html[html.index('<details id="glossary"') :]
+    for term, meaning in words.GLOSSARY.items():
+        assert f"<dt>{term}:</dt> <dd>{escape_html(meaning)}</dd>" in glossary, term
+    marked = str(gloss("2 of 5 jobs drifted <b>"))
+    assert marked == f'2 of 5 jobs <abbr title="{escape_html(words.GLOSSARY["drift"])}">drifted</abbr> &lt;b&gt;'
+
+
+def escape_html(text: str) -> str:
+    from markupsafe import escape
+
+    return str(escape(text))
+
+
+def test_every_column_a_report_shows_is_declared_with_its_format(study, monkeypatch):
+    from gpuscale.present import columns
+
+    shown, real = set(), columns.column
+
+    def spy(key):
+        shown.add(key)
+        return real(key)
+
+    monkeypatch.setattr(columns, "column", spy)
+    params = yaml.safe_load((study / "params.yaml").read_text())
+    tables = aggregate.read_tables(study / "tables")
+    report.render(tables, study / "charts", params, [], vega_bundle="/* */", pred=load_predictions(study / "predict"))
+    undeclared = {k for k in shown if k not in columns.COLUMNS and columns.LEGACY_BESIDE not in k}
+    assert shown and undeclared == set()
+
+
+def test_a_column_formats_its_cells_as_declared():
+    from gpuscale.present.columns import Column, beside, column, ratio
+
+    assert column("speedup").heading == "speedup (×)" and column("speedup").cell(3.14159) == "3.14×"
+    assert column("error_percent").cell(-12.34) == "−12.3%" and column("final_test_accuracy").cell(0.5) == "50.00%"
+    assert column("seed").cell(1024) == "1024" and column("parameters").cell(1024) == "1,024"
+    assert column("speedup").cell(None) == "—" and column("drifted").cell(True) == "yes"
+    assert column("check").cell("probe_only") == "probes alone"
+    assert column("some_new_figure").heading == "some new figure"
+    got = beside("reference: h200-2026-12-04", "speedup")
+    assert got.heading == "h200-2026-12-04, measured: speedup (×)" and got.cell(2.0) == "2.00×"
+    assert Column("x", "ratio", "×", ratio).cell("n/a") == "n/a"  # words in a figure's column stay as given

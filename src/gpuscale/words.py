@@ -1,7 +1,8 @@
-"""Words for the reader: table columns, values and colours, shared by the report's tables and the charts.
+"""Words for the reader: values, marks, colours and number formats, shared by the report's tables and the charts.
 
-No column name reaches a reader: every header, legend and tooltip takes its words (with the unit) from here.
-Torch-free and polars-free, so anything may import it.
+A table column's header, unit and format are declared in gpuscale.present.columns; the words for the values it holds
+(devices, phases, fits, checks) and the project's own terms (GLOSSARY) live here. Torch-free and polars-free, so
+anything may import it.
 """
 
 from __future__ import annotations
@@ -11,211 +12,6 @@ import math
 import re
 
 from gpuscale import devices
-
-# column -> what a reader sees (unit in the words, never a bare identifier)
-COLUMNS = {
-    "source": "source",
-    "study": "study folder",
-    "check": "check",
-    "model": "model",
-    "device": "device",
-    "variant": "variant",
-    "seed": "seed",
-    "status": "status",
-    "label": "study label",
-    "host": "host",
-    "hostname": "host name",
-    "cpu_model": "CPU",
-    "cpu_logical_cores": "logical CPU cores",
-    "torch_threads": "torch threads",
-    "loader_workers": "loader workers",
-    "oversubscribed": "threads + workers exceed cores",
-    "compile_cache": "compile cache",
-    "compile_cache_files_at_start": "compile cache files at start",
-    "gpu_name": "GPU",
-    "gpu_driver": "GPU driver",
-    "gpu_device": "GPU device",
-    "torch_version": "PyTorch",
-    "cuda_version": "CUDA",
-    "cudnn_version": "cuDNN",
-    "git_commit": "project commit",
-    "parameters": "parameters",
-    "train_flops_per_image": "training FLOPs per image",
-    "epochs": "epochs",
-    "batch_size": "batch size",
-    "world_size": "processes",
-    "global_batch_size": "global batch size",
-    "data_source": "data",
-    "synthetic": "synthetic data",
-    "train_images": "training images",
-    "test_images": "test images",
-    "manifest_sha256": "data manifest sha256",
-    "total_train_seconds": "training time (s)",
-    "epoch_seconds_mean": "seconds per epoch (mean)",
-    "warmup_epoch_seconds": "first epoch (s)",
-    "steady_epoch_seconds_median": "steady epoch (s, median)",
-    "total_eval_seconds": "evaluation time (s)",
-    "train_images_per_second": "images per second (training)",
-    "steady_images_per_second": "images per second (steady)",
-    "extrapolated": "time extrapolated (sampled)",
-    "final_test_accuracy": "test accuracy",
-    "gpu_joules_per_epoch": "GPU energy per epoch (J)",
-    "cpu_joules_per_epoch": "CPU energy per epoch (J)",
-    "gpu_images_per_joule": "images per joule (GPU)",
-    "energy_note": "energy note",
-    "phase_overhead_fraction": "instrumentation overhead",
-    "started_at": "started",
-    "finished_at": "finished",
-    "record_path": "record",
-    "record_sha256": "record sha256",
-    "not_measured_reason": "why not measured",
-    "sweep_parameter": "swept setting",
-    "sweep_value": "swept value",
-    # speedup table
-    "cpu_seconds": "CPU training time (s)",
-    "gpu_seconds": "GPU training time (s)",
-    "cpu_epoch_seconds": "CPU seconds per epoch",
-    "gpu_epoch_seconds": "GPU seconds per epoch",
-    "cpu_steady_epoch_seconds": "CPU steady epoch (s)",
-    "gpu_steady_epoch_seconds": "GPU steady epoch (s)",
-    "speedup": "speedup (×)",
-    "steady_speedup": "steady speedup (×, first epoch left out)",
-    "speedup_ci_low": "speedup, 95% interval low (×)",
-    "speedup_ci_high": "speedup, 95% interval high (×)",
-    "cpu_accuracy": "CPU test accuracy",
-    "gpu_accuracy": "GPU test accuracy",
-    "accuracy_difference": "accuracy, GPU − CPU",
-    "accuracy_parity": "accuracy agrees",
-    "protocol_mismatch": "CPU and GPU protocols differ",
-    "cpu_extrapolated": "CPU time extrapolated",
-    "gpu_extrapolated": "GPU time extrapolated",
-    "gpu_seeds": "GPU seeds",
-    "cpu_seeds": "CPU seeds",
-    "gpu_not_measured_reason": "why the GPU was not measured",
-    # pairing by machine lease (issue 26)
-    "round": "round",
-    "rounds": "rounds",
-    "lease": "machine lease",
-    "drifted": "machine drifted during the job",
-    "steady_epoch_log_sd": "epoch-to-epoch spread (log sd)",
-    "pairing": "CPU and GPU paired",
-    "pairing_reason": "pairing note",
-    "leases": "machine leases",
-    "lease_ids": "leases paired in",
-    "cpu_lease_ids": "CPU leases",
-    "gpu_lease_ids": "GPU leases",
-    "epoch_spread": "spread: epoch to epoch",
-    "round_spread": "spread: round to round",
-    "seed_spread": "spread: seed to seed",
-    "lease_spread": "spread: lease to lease",
-    "speedup_interval_low": "speedup, interval with every spread, low (×)",
-    "speedup_interval_high": "speedup, interval with every spread, high (×)",
-    "drift_speed_ratio": "speed after / before the job (>1: faster)",
-    "when": "sentinel",
-    "component": "sentinel component",
-    "unit": "unit",
-    "faster": "faster machine: value",
-    "spread": "sentinel's own spread",
-    "records": "records",
-    "sentinel_value": "sentinel figure (median over records)",
-    "between_records": "spread between records",
-    "own_spread": "sentinel's own spread (median)",
-    "devices": "devices",
-    "first_started": "first run started",
-    "last_finished": "last run finished",
-    "drifted_records": "records that drifted",
-    "sentinel_records": "records with sentinels",
-    # fits
-    "fit": "fit",
-    "ok": "fitted",
-    "points": "points",
-    "estimate": "estimate",
-    "estimate_se": "estimate, standard error",
-    "intercept": "intercept",
-    "intercept_se": "intercept, standard error",
-    "r2": "R²",
-    "note": "note",
-    # phases
-    "phase": "phase",
-    "seconds_per_step": "seconds per step",
-    "fraction": "share of a step",
-    "seconds_per_epoch": "seconds per steady epoch",
-    "overhead_fraction": "instrumentation overhead",
-    "profile_steps": "instrumented steps",
-    # gains
-    "baseline": "baseline variant",
-    "baseline_seconds": "baseline seconds per epoch",
-    "variant_seconds": "variant seconds per epoch",
-    "gain": "gain, whole run (×)",
-    "baseline_steady_seconds": "baseline steady epoch (s)",
-    "variant_steady_seconds": "variant steady epoch (s)",
-    "steady_gain": "gain, steady epochs (×)",
-    # sweeps
-    "parameter": "swept setting",
-    "value": "value",
-    "epoch_seconds": "seconds per epoch",
-    "images_per_second": "images per second",
-    "baseline_value": "baseline value",
-    "speedup_vs_baseline": "speedup over the baseline (×)",
-    # sampling
-    "sampled_steps": "timed steps per epoch",
-    "warmup_steps": "warm-up steps",
-    "steps_per_epoch": "steps per epoch",
-    "estimated_total_seconds": "estimated total (s)",
-    "measured_total_seconds": "measured total (s)",
-    "error": "error of the total",
-    "epoch_error_min": "single epochs, lowest error",
-    "epoch_error_max": "single epochs, highest error",
-    "sweep": "sweep",
-    "full_runs": "full runs",
-    "total_error_lowest": "error of the total, lowest",
-    "total_error_highest": "error of the total, highest",
-    "epoch_error_lowest": "single epochs, lowest error",
-    "epoch_error_highest": "single epochs, highest error",
-    # scaling
-    "base_device": "one-device baseline",
-    "base_epoch_seconds": "one device, seconds per epoch",
-    "efficiency": "efficiency (speedup / processes)",
-    # predictions (gpuscale.predict's tables)
-    "predicted_cpu_epoch_seconds": "PREDICTED CPU seconds per epoch",
-    "predicted_gpu_epoch_seconds": "PREDICTED GPU seconds per epoch",
-    "predicted_speedup": "PREDICTED speedup (×)",
-    "predicted_speedup_low": "predicted speedup, band low (×)",
-    "predicted_speedup_high": "predicted speedup, band high (×)",
-    "bound": "what sets the GPU step (compute or input pipeline)",
-    "quantity": "quantity",
-    "predicted": "predicted",
-    "measured": "measured",
-    "low": "band low",
-    "high": "band high",
-    "calibration": "constants from",
-    "error_percent": "error of the prediction",
-    "median_abs_error_percent": "median error (absolute)",
-    "worst_abs_error_percent": "worst error (absolute)",
-    "worst_model": "worst model",
-    "meets_target": "speedup meets both targets",
-    "floor_median_percent": "noise floor: median error",
-    "floor_worst_percent": "noise floor: worst error",
-    "floor_meets_target_share": "noise floor: repeats meeting both targets",
-    "floor_basis": "noise floor from the spread",
-    "table_from": "layer table from",
-    "pipeline_sharpness": "pipeline sharpness p (— : the slower stage)",
-    "models": "models",
-    "effective_gflops_per_second": "training rate (GFLOP/s)",
-    "rate_vs_resnet18": "rate against its resnet18 rate",
-    "cost_model_epoch_seconds": "cost model fitted to the paper's points (s per epoch)",
-    "fitted_on": "fitted on",
-    "fixed_step_seconds": "fixed cost per step (s)",
-    "layer_seconds": "cost per layer per step (s)",
-    "loader_seconds_per_image": "input pipeline, seconds per image",
-    "log_error": "RMS log error (leave one out)",
-    "scale": "scale on the probe",
-    "table_scale": "scale on the layer table",
-    "table_models": "models in the layer table",
-    "optimizer_seconds_per_parameter": "optimizer, seconds per parameter",
-}
-# a measured column beside a prediction: '<source>: <column>' reads '<source>, measured: <words>'
-MEASURED_BESIDE = ": "
 
 PHASES = {
     "data_wait": "waiting for data",
@@ -230,18 +26,6 @@ FITS = {
     "log speedup ~ log training FLOPs per image": "speedup vs training FLOPs per image (power law)",
     "T_gpu = s + T_cpu / k (per epoch)": "GPU epoch = s + CPU epoch / k (Amdahl)",
 }
-
-
-def column(name: str) -> str:
-    """A column's words; an unknown column reads as words too (underscores become spaces)."""
-    if MEASURED_BESIDE in name and name not in COLUMNS:
-        source, _, quantity = name.rpartition(MEASURED_BESIDE)
-        return f"{source_short(source).rpartition('/')[2]}, measured: {column(quantity)}"
-    return COLUMNS.get(name, name.replace("_", " "))
-
-
-def columns(names) -> dict[str, str]:
-    return {n: column(n) for n in names}
 
 
 def device(name: str | None) -> str:
@@ -274,25 +58,39 @@ def source_short(source: str) -> str:
     return source.removeprefix("reference: ")
 
 
-# The cost model's checks of a study folder: predict.validation suffixes its rows' source with these (a plain
-# folder name is the held-out check); check_of reads them back
-HELD_OUT = "held out"
-ON_LAYER_TABLE = " (held out, layer table)"
-PROBE_ONLY = " (probe only)"
-CHECKS = {ON_LAYER_TABLE: "held out, CPU on the layer table", PROBE_ONLY: "probes alone"}
-CHECK_KEY = {
-    HELD_OUT: "each model held out (its records left out), the constants fitted on the other models' records "
+# The cost model's checks of a study folder, by the key a validation row's `check` field holds
+CHECK_WORDS = {
+    "held_out": "held out",
+    "layer_table": "held out, CPU on the layer table",
+    "probe_only": "probes alone",
+}
+CHECK_MEANINGS = {
+    "held_out": "each model held out (its records left out), the constants fitted on the other models' records "
     "of the folder, the model predicted",
-    CHECKS[ON_LAYER_TABLE]: "the same, the CPU's constants (fixed step, the table's scale) fitted on a "
+    "layer_table": "the same, the CPU's constants (fixed step, the table's scale) fitted on a "
     "CPU probe's layer table instead of FLOPs by kind: the folder's own probe's, else that of another checked "
     "folder's probe of the same host (fingerprint), made in another lease (the 'constants from' column names it)",
-    CHECKS[PROBE_ONLY]: "no record used: every model predicted from the folder's own probes",
+    "probe_only": "no record used: every model predicted from the folder's own probes",
 }
 
 
+def check(key: str) -> str:
+    """A check's key -> its words ('probe_only' -> 'probes alone'); words already given stay."""
+    return CHECK_WORDS.get(key, key)
+
+
+# LEGACY, until gpuscale.predict writes a `check` field (one of CHECK_WORDS' keys) and leaves `source` the plain
+# folder: today it suffixes the source with these display words and split_check / check_of read them back.
+HELD_OUT = CHECK_WORDS["held_out"]
+ON_LAYER_TABLE = " (held out, layer table)"
+PROBE_ONLY = " (probe only)"
+CHECKS = {ON_LAYER_TABLE: CHECK_WORDS["layer_table"], PROBE_ONLY: CHECK_WORDS["probe_only"]}
+CHECK_KEY = {CHECK_WORDS[k]: meaning for k, meaning in CHECK_MEANINGS.items()}
+
+
 def split_check(source: str) -> tuple[str, str]:
-    """A validation row's source -> (the folder as given, check): 'reference/x (probe only)' -> ('reference/x',
-    'probes alone')."""
+    """LEGACY. A validation row's source -> (the folder as given, check): 'reference/x (probe only)' ->
+    ('reference/x', 'probes alone')."""
     for suffix, label in CHECKS.items():
         if source.endswith(suffix):
             return source.removesuffix(suffix), label
@@ -300,9 +98,42 @@ def split_check(source: str) -> tuple[str, str]:
 
 
 def check_of(source: str) -> tuple[str, str]:
-    """A validation row's source -> (study folder, check): 'reference/x (probe only)' -> ('x', 'probes alone')."""
-    folder, check = split_check(source)
-    return source_short(folder).removeprefix("reference/"), check
+    """LEGACY. A validation row's source -> (study folder, check): 'reference/x (probe only)' -> ('x', 'probes
+    alone')."""
+    folder, found = split_check(source)
+    return source_short(folder).removeprefix("reference/"), found
+
+
+# ---- the project's own terms: a reader meets each with its one-line meaning (an <abbr> title, the glossary) ----
+GLOSSARY = {
+    "lease": "A machine lease: one boot of a rented machine, from start to shutdown. Its speed can differ from the "
+    "next boot's, so a CPU time and a GPU time are divided only within one lease. Named by its date and a letter.",
+    "round": "One pass over every job of a study within one lease; a study may repeat its jobs in several rounds.",
+    "sentinel": "A few seconds of fixed work (arithmetic, memory, input pipeline) timed before and after each job: a "
+    "witness of how fast the machine was, never used to rescale a timing.",
+    "drift": "A job drifted when its before and after sentinels disagree beyond their own spread: the machine's "
+    "speed moved during the job, so its time is less certain.",
+    "sampled": "A sampled time (marked *) was extrapolated from a few timed steps per epoch instead of timing every "
+    "step; its error is not in the interval shown.",
+    "band": "A prediction's band: the range the measured time should fall in about 9 times out of 10 if the cost "
+    "model holds on this machine.",
+    "steady": "A steady epoch leaves the first epoch (warm-up, compilation, caches) out.",
+}
+# the words of the page that carry a glossary term, as a reader meets them (longest first)
+GLOSSED = (
+    ("machine leases", "lease"),
+    ("machine lease", "lease"),
+    ("leases", "lease"),
+    ("lease", "lease"),
+    ("rounds", "round"),
+    ("sentinels", "sentinel"),
+    ("sentinel", "sentinel"),
+    ("drifted", "drift"),
+    ("drift", "drift"),
+    ("sampled*", "sampled"),
+    ("sampled", "sampled"),
+    ("steady", "steady"),
+)
 
 
 # ---- one visual language ------------------------------------------------------------------------------------------

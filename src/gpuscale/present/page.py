@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+from markupsafe import Markup, escape
 
 from gpuscale import words
 from gpuscale.analyze.tables import LOCAL_SOURCE
-from gpuscale.contract import conditions as machine
 from gpuscale.contract.settings import Params
+from gpuscale.present import columns as columns_
+from gpuscale.present import sessions
+from gpuscale.present.columns import Column
 
 
 @dataclass(frozen=True)
@@ -28,86 +31,32 @@ class Page:
 STEADY_DIFFERS = 1.25  # show the steady speedup where it differs from the whole-run one by this factor or more
 
 
-def _cell(column: str, value) -> str:
-    """One table cell as a reader reads it: words for identifiers, units for numbers."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if column == "source":
-        return words.source_short(value)
-    if column in ("device", "base_device", "gpu_device"):
-        return words.device(value)
-    if column == "phase":
-        return words.phase(value)
-    if column == "fit":
-        return words.fit(value)
-    if column == "pairing":
-        return words.PAIRING_WORDS.get(value, value)
-    if column == "lease":
-        return _lease_short(value)
-    if column == "drift_speed_ratio":
-        return words.speed_ratio(value)
-    if column == "component":
-        return words.sentinel_component(value) + (" (dropped)" if value in machine.DROPPED else "")
-    if column in ("between_records", "own_spread"):  # (max − min) / median, as the sentinel gives its own
-        return words.percent(value, 1)
-    if column.endswith("_spread"):  # a log sd
-        return words.spread(value)
-    column = column.rpartition(": ")[2]  # '<source>: cpu_epoch_seconds' formats as its quantity
-    if isinstance(value, float):
-        if column.endswith("_percent"):
-            return f"{value:+.1f}%".replace("-", "−") if column == "error_percent" else f"{value:.1f}%"
-        if column.startswith("predicted_speedup"):
-            return f"{value:.2f}×"
-        if column == "train_flops_per_image":
-            return words.si(value)
-        if column in ("speedup", "steady_speedup", "gain", "steady_gain") or column.startswith("speedup"):
-            return f"{value:.2f}×"
-        if "accuracy" in column:
-            return words.percent(value, 2, sign=column == "accuracy_difference")
-        if "error" in column:
-            return words.percent(value, 1, sign=True)
-        if column in (
-            "fraction",
-            "efficiency",
-            "overhead_fraction",
-            "phase_overhead_fraction",
-            "floor_meets_target_share",
-        ):
-            return words.percent(value, 1)
-        if column == "r2":
-            return f"{value:.2f}"
-        if "seconds" in column or column in ("estimate", "estimate_se", "intercept", "intercept_se"):
-            return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}"
-        if "per_second" in column or "joule" in column:
-            return f"{value:,.0f}"
-        return f"{value:,.4g}"
-    if isinstance(value, int):
-        return f"{value:,}" if column not in ("seed", "sweep_value", "value") else str(value)
-    return str(value)
+def _cell(key: str, value) -> str:
+    """One table cell as a reader reads it: its column's declared format (gpuscale.present.columns)."""
+    return columns_.column(key).cell(value)
 
 
 def table(
     name: str,
     caption: str,
     frame: pl.DataFrame,
-    columns: list[str] | None = None,
+    columns: list[str | Column] | None = None,
     links: dict[str, list[str | None]] | None = None,
 ) -> dict:
-    """A table for the template: caption, header words, formatted cells, the CSV of the whole frame."""
-    columns = columns or frame.columns
+    """A table for the template: caption, header words, formatted cells, the CSV of the whole frame. A column is a
+    data key (its declaration in gpuscale.present.columns) or a Column declared by the caller."""
+    declared = [c if isinstance(c, Column) else columns_.column(c) for c in (columns or frame.columns)]
     rows = []
-    for i, row in enumerate(frame.select(columns).iter_rows(named=True)):
+    for i, row in enumerate(frame.select([c.key for c in declared]).iter_rows(named=True)):
         cells = []
-        for c in columns:
-            href = (links or {}).get(c, [None] * frame.height)[i]
-            cells.append({"text": _cell(c, row[c]), "href": href})
+        for c in declared:
+            href = (links or {}).get(c.key, [None] * frame.height)[i]
+            cells.append({"text": c.cell(row[c.key]), "href": href})
         rows.append(cells)
     return {
         "name": name,
         "caption": caption,
-        "header": [words.column(c) for c in columns],
+        "header": [c.heading for c in declared],
         "rows": rows,
         "csv": frame.write_csv(),
     }
@@ -178,4 +127,23 @@ UNKNOWN_LEASE = "unknown"
 
 
 def _lease_short(lease: str | None) -> str:
-    return "not recorded" if lease in (None, UNKNOWN_LEASE) else f"{lease[:8]}…"
+    """A lease as the page names it: its date and letter (present.sessions), never its boot id."""
+    return sessions.name(lease)
+
+
+_GLOSSED = re.compile(
+    r"(?<![\w-])(" + "|".join(re.escape(w) for w, _ in words.GLOSSED) + r")(?![\w-])", flags=re.IGNORECASE
+)
+
+
+def gloss(text) -> Markup:
+    """Text for the page (escaped) with each project term (words.GLOSSED) wrapped in an <abbr> whose title is its
+    one-line meaning (words.GLOSSARY), so a reader meets no term unexplained; a boot id quoted in it becomes its
+    session's name."""
+    by_word = {w.lower(): term for w, term in words.GLOSSED}
+
+    def wrap(m: re.Match) -> str:
+        meaning = words.GLOSSARY[by_word[m.group(1).lower()]]
+        return f'<abbr title="{escape(meaning)}">{m.group(1)}</abbr>'
+
+    return Markup(_GLOSSED.sub(wrap, str(escape(sessions.in_text(str(text))))))

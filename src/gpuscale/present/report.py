@@ -24,7 +24,8 @@ from gpuscale import words
 from gpuscale.analyze.tables import read_tables
 from gpuscale.contract import fsutil
 from gpuscale.contract.settings import Params
-from gpuscale.present.page import Page
+from gpuscale.present import sessions
+from gpuscale.present.page import Page, gloss
 from gpuscale.present.sections import PAGE
 from gpuscale.present.sections.checks import warnings
 from gpuscale.present.sections.predicted import load_predictions
@@ -118,8 +119,6 @@ def render(
     out_dir: Path | None = None,
     pred: dict | None = None,
 ) -> str:
-    import vl_convert
-
     specs = {name: json.loads((Path(chart_dir) / f"{name}.vl.json").read_text()) for name in words.CHART_NAMES}
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(
@@ -129,9 +128,17 @@ def render(
         undefined=jinja2.StrictUndefined,
     )
     template = env.get_template("report.html.j2")
+    env.filters["gloss"] = gloss
     params = Params.of(params)
     tables = with_predict_skips(tables, pred)
-    sections, names = _sections(Page(tables, params, pred, out_dir, params_files))
+    with sessions.using(sessions.of(tables["runs"].select("lease", "started_at").to_dicts())):
+        sections, names = _sections(Page(tables, params, pred, out_dir, params_files))
+        return _page(template, params, tables, sections, names, vega_bundle, specs)
+
+
+def _page(template, params: Params, tables: dict, sections: list, names: dict, vega_bundle, specs) -> str:
+    import vl_convert
+
     return template.render(
         title=params.report.title,
         label=params.study.label,

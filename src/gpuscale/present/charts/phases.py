@@ -28,7 +28,7 @@ def phases(phase_table: pl.DataFrame, runs: pl.DataFrame) -> alt.Chart:
         alt.Chart(data)
         .mark_bar()
         .encode(
-            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=170)),
+            y=alt.Y("row:N", sort=rows, title=None, axis=alt.Axis(labelLimit=210)),
             x=alt.X("seconds_per_epoch:Q", title="share of a step", stack="normalize", axis=alt.Axis(format="%")),
             color=alt.Color(
                 "phase_words:N",

@@ -9,6 +9,7 @@ import polars as pl
 
 from gpuscale import words
 from gpuscale.analyze.tables import FIT_FLOPS, FIT_PARAMETERS, PAPER_SOURCE, paper_frame, verdict
+from gpuscale.present import columns
 from gpuscale.present.charts.labels import Plot, _by_importance, _labels, label_rows
 from gpuscale.present.charts.style import HEIGHT, TIMES, Style, _empty, _log_domain, _mapped, _title, framed, named
 
@@ -170,7 +171,7 @@ def _size_axes(measured: pl.DataFrame, column: str, axis: str) -> tuple[alt.X, a
 def _size_tooltip(column: str) -> list[alt.Tooltip]:
     return [
         *named("source_words", "variant", "model"),
-        alt.Tooltip(f"{column}:Q", format=".3~s", title=words.column(column)),
+        alt.Tooltip(f"{column}:Q", format=".3~s", title=columns.heading(column)),
         alt.Tooltip("speedup:Q", format=".2f", title="speedup (×)"),
         alt.Tooltip("speedup_ci_low:Q", format=".2f", title="95% interval low (×)"),
         alt.Tooltip("speedup_ci_high:Q", format=".2f", title="95% interval high (×)"),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import altair as alt
 import polars as pl
 
 from gpuscale import words
+from gpuscale.analyze.tables import LOCAL_SOURCE
 from gpuscale.present.charts.style import DEVICE_COLOUR, Style, _empty, _log_domain, _mapped, _title, framed, named
 
 
@@ -19,13 +22,34 @@ def _model_order(frame: pl.DataFrame) -> list[str]:
 
 
 def _row_label(frame: pl.DataFrame, *parts: str) -> pl.Expr:
-    """model · variant (· source where the page shows several)."""
+    """model · device · variant (one other than the paper's, where the chart shows several) · source (where it
+    shows several, by a short tag: 'here' for this host, a reference folder's first word, e.g. 'h200'): short
+    enough to be read whole beside a phone's bars."""
     exprs = [pl.col("model")]
     for part in parts:
-        exprs += [pl.lit(" · "), pl.col(part)]
+        if part != "variant":
+            exprs += [pl.lit(" · "), pl.col(part)]
+        elif frame[part].n_unique() > 1:  # the paper's protocol goes without saying; another variant is named
+            exprs.append(pl.when(pl.col(part) == "paper").then(pl.lit("")).otherwise(pl.lit(" · ") + pl.col(part)))
     if frame["source"].n_unique() > 1:
-        exprs += [pl.lit(" · "), _mapped(frame, "source", words.source_short)]
+        exprs += [pl.lit(" · "), _mapped(frame, "source", source_tags(frame["source"].unique().to_list()).get)]
     return pl.concat_str(exprs)
+
+
+def source_tags(sources: list[str]) -> dict[str, str]:
+    """Each source's short tag: 'here' for this host; a reference folder's first word (h200-2026-12-04 -> h200)
+    where no other source shares it, else its whole name."""
+    short = {s: words.source_short(s) for s in sources}
+    first = {s: re.split(r"[-_ ]", name)[0] for s, name in short.items()}
+    tags = {}
+    for s in sources:
+        if s == LOCAL_SOURCE:
+            tags[s] = "here"
+        elif list(first.values()).count(first[s]) == 1:
+            tags[s] = first[s]
+        else:
+            tags[s] = short[s]
+    return tags
 
 
 def by_device(runs: pl.DataFrame, column: str, title: str, axis: str, subtitle: str) -> alt.Chart:

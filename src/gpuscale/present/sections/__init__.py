@@ -1,4 +1,5 @@
-"""The report's sections, one module each, and the page's order: answer (key results), explain, prove (collapsed).
+"""The report's sections, one module each, and the page's order: answer (this host first, then the key results),
+explain, prove (collapsed).
 
 A section module names its `ID` (its anchor), `NAV` (its line in the contents), `CHARTS` (the charts it shows, each
 with the words under it), `TEMPLATE` (its Jinja markup: it sees the page's names, the macros `data_table` and
@@ -13,6 +14,7 @@ from gpuscale.present.sections import (
     checks,
     conditions,
     headline,
+    host,
     key,
     predicted,
     speedup,
@@ -22,6 +24,7 @@ from gpuscale.present.sections import (
 )
 
 PAGE = [
+    host,
     key,
     speedup,
     headline,

@@ -1,4 +1,4 @@
-"""Appendix (collapsed): every run and its record, environments, provenance, every table as CSV."""
+"""Appendix (collapsed): every run and its record, environments, provenance, the glossary, every table as CSV."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gpuscale import words
 from gpuscale.analyze.tables import TABLES
 from gpuscale.present.page import Page, table
 
@@ -32,6 +33,9 @@ TEMPLATE = """\
 <pre>{% for r in provenance.records %}{{ r.record_sha256 }}  {{ r.record_path }}
 {% endfor %}</pre>
 </details>
+<details id="glossary"><summary>Glossary: the project's own words, one line each (as a dotted word shows on hover)</summary>
+<dl class="glossary">{% for term, meaning in glossary %}<div><dt>{{ term }}:</dt> <dd>{{ meaning }}</dd></div>{% endfor %}</dl>
+</details>
 <details><summary>All tables as CSV</summary>
 <p>{% for t in data_tables %}<button type="button" class="csv" data-csv="{{ csv_blobs.ref(t.csv) }}" data-file="{{ t.name }}.csv">{{ t.name }}.csv</button> {% endfor %}</p>
 </details>
@@ -45,6 +49,7 @@ def context(page: Page) -> dict:
         "environments": environments(runs),
         "provenance": provenance(runs, page.params_files),
         "data_tables": [{"name": name, "csv": page.tables[name].write_csv()} for name in TABLES],
+        "glossary": list(words.GLOSSARY.items()),
     }
 
 

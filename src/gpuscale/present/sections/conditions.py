@@ -9,6 +9,8 @@ import polars as pl
 from gpuscale import words
 from gpuscale.analyze.tables import KEY_COLUMNS, LOCAL_SOURCE
 from gpuscale.contract import conditions as machine
+from gpuscale.present import sessions
+from gpuscale.present.columns import heading
 from gpuscale.present.page import UNKNOWN_LEASE, Page, _by_flops, _cell, _lease_short, speedup_interval, table
 
 ID = "conditions"
@@ -203,7 +205,7 @@ def _varying(frame: pl.DataFrame, columns: list[str], context: list[str]) -> tup
     once in the caption instead, ' Every row: ...')."""
     kept = [c for c in columns if frame[c].null_count() < frame.height]
     same = [c for c in context if c in kept and frame.height > 1 and frame[c].n_unique() == 1]
-    note = "; ".join(f"{words.column(c)} {_cell(c, frame[c][0])}" for c in same)
+    note = "; ".join(f"{heading(c)} {_cell(c, frame[c][0])}" for c in same)
     return [c for c in kept if c not in same], f" Every row: {note}." if note else ""
 
 
@@ -344,7 +346,7 @@ def conditions_section(tables: dict) -> dict:
         groups[PAIRING_GROUPS[kind]].append(
             f"{words.source_short(r['source'])}, {r['variant']}, {r['model']}: "
             + (f"{figure}; " if figure else "")
-            + r["pairing_reason"]
+            + sessions.in_text(r["pairing_reason"])  # analyze quotes boot ids; the page names sessions
         )
     return {
         "pairing": tables.get("pairing", "same-lease"),

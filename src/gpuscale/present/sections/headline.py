@@ -7,6 +7,7 @@ import polars as pl
 from gpuscale import words
 from gpuscale.analyze import paper
 from gpuscale.analyze.tables import PAPER_SOURCE
+from gpuscale.present import sessions
 from gpuscale.present.page import Page, _by_flops, _chip, _measured_sources, _several_leases, _variants
 
 ID = "table"
@@ -136,6 +137,11 @@ def _headline_cell(r: dict, several_leases: bool = False) -> dict:
     lines = []
     if r["cpu_epoch_seconds"] is not None and r["gpu_epoch_seconds"] is not None:
         lines.append(_per_epoch(r["cpu_epoch_seconds"], r["gpu_epoch_seconds"]))
+    elif r["cpu_epoch_seconds"] is not None or r["gpu_epoch_seconds"] is not None:  # one side measured: its time
+        side, seconds = (
+            ("CPU", r["cpu_epoch_seconds"]) if r["cpu_epoch_seconds"] is not None else ("GPU", r["gpu_epoch_seconds"])
+        )
+        lines.append(f"{side} {words.seconds(seconds)[:-2]} s/epoch")
     if chip["detail"]:
         lines.append(chip["detail"])
     if r["gpu_accuracy"] is not None and not r["gpu_extrapolated"]:
@@ -162,7 +168,7 @@ def _headline_notes(speedup: pl.DataFrame, s: str, v: str, r: dict, p: dict | No
     if r["gpu_seconds"] is None and r["gpu_not_measured_reason"]:
         notes.append(f"{words.source_short(s)}: GPU not measured ({r['gpu_not_measured_reason']})")
     if r.get("pairing_reason"):
-        notes.append(f"{words.source_short(s)}, {v}: {r['pairing_reason']}")
+        notes.append(f"{words.source_short(s)}, {v}: {sessions.in_text(r['pairing_reason'])}")
     if r["synthetic"]:
         notes.append(f"{words.source_short(s)}: synthetic data")
     return notes

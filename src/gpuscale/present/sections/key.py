@@ -30,19 +30,17 @@ TEMPLATE = """\
 <h2 id="key-title">Key results: how much faster the GPU trains</h2>
 {% for s in key.sources %}<div class="source">
   <div><strong>{{ s.name }}</strong>{% if s.host %} · host {{ s.host }}{% endif %}{% if s.conditions %} ·
-  <a href="#conditions" title="Measurement conditions">{{ s.conditions }}</a>{% endif %}</div>
+  <a href="#conditions">{{ s.conditions|gloss }}</a>{% endif %}</div>
   {% for v in s.variants %}<div class="variant"><span class="name">{{ v.name }} variant</span>
-    {% for c in v.chips %}<span class="chip">{{ c.model }} <b>{{ c.value }}{% if c.mark %}<sup>{{ c.mark }}</sup>{% endif %}</b>{% if c.detail %} <small>{{ c.detail }}</small>{% endif %}</span>
+    {% for c in v.chips %}<span class="chip">{{ c.model }} <b>{{ c.value }}{% if c.mark %}<sup>{{ c.mark }}</sup>{% endif %}</b>{% if c.detail %} <small>{{ c.detail|gloss }}</small>{% endif %}</span>
     {% endfor %}</div>
   {% endfor %}
-  {% if s.findings %}<ul>{% for f in s.findings %}<li>{{ f }}</li>{% endfor %}</ul>{% endif %}
+  {% if s.findings %}<ul>{% for f in s.findings %}<li>{{ f|gloss }}</li>{% endfor %}</ul>{% endif %}
 </div>
 {% else %}<p>No model measured on both a CPU and a GPU yet.</p>
 {% endfor %}
-{% if key.host %}<h3>This host beside the reference</h3><ul>{% for line in key.host %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
-<p class="definition">{{ key.definition }} Models by training FLOPs per image; brackets: the spread between epochs,
-rounds and leases and the seed bootstrap ("1 lease": no lease-to-lease spread; "1 run, 1 lease": no interval);
-sampled*: a time extrapolated from a few timed steps per epoch, its error in no interval.{% for m in key.marks %} {{ m }}.{% endfor %}</p>
+{% if key.host and host is not defined %}<h3>This host beside the reference</h3><ul>{% for line in key.host %}<li>{{ line|gloss }}</li>{% endfor %}</ul>{% endif %}
+<p class="definition">{{ (key.definition ~ ' Models by training FLOPs per image; brackets: the spread between epochs, rounds and leases and the seed bootstrap ("1 lease": no lease-to-lease spread; "1 run, 1 lease": no interval); sampled*: a time extrapolated from a few timed steps per epoch, its error in no interval.')|gloss }}{% for m in key.marks %} {{ m|gloss }}.{% endfor %} Words: <a href="#glossary">glossary</a>.</p>
 {% if warnings %}<p class="warnline">{{ warnings|length }} warning(s) about these records: see <a href="#checks">Checks</a>.</p>{% endif %}
 </section>"""  # noqa: E501 (the page's markup, line for line)
 

@@ -16,7 +16,8 @@ CHARTS = {  # its charts (gpuscale.words.CHART_NAMES), each with the words under
     "phases": "Each bar splits one run's training step into waiting for data (the loader), the host-to-device copy, "
     "forward, backward and the optimizer step, as shares, from instrumented steps after training (CUDA events on "
     "the GPU), so the headline times stay clean. The tooltip gives each phase's seconds per steady epoch. The "
-    "paper's claim that data transfer is 30-40% of the small CNN's GPU time is checked here.",
+    "paper's claim that data transfer is 30-40% of the small CNN's GPU time is checked here. A row is a model, "
+    "its device, its variant where not the paper's, and its source where several ('here': this host).",
 }
 TEMPLATE = """\
 <section id="why">
