@@ -275,6 +275,13 @@ def test_every_figure_that_crosses_leases_is_marked_wherever_it_is_shown(tmp_pat
     assert "† crosses machine leases" in readme.splitlines()[-1]
 
 
+def named_sessions(tables):
+    """The machine sessions named as report.run names them for its page."""
+    from gpuscale.present import sessions
+
+    return sessions.using(sessions.of(tables["runs"].select("lease", "started_at").to_dicts()))
+
+
 def test_same_lease_mode_lists_the_crossing_model_as_missing_on_every_page(tmp_path):
     tables = run(tmp_path, mixed_study())
     key = key_results(tables)
@@ -284,19 +291,21 @@ def test_same_lease_mode_lists_the_crossing_model_as_missing_on_every_page(tmp_p
     head = headline(tables["speedup"], 0.02)
     notes = next(r["notes"] for r in head["rows"] if r["model"] == "resnet18")
     assert any("no same-lease pair; report.pairing: any pairs them" in n for n in notes)
-    section = conditions_section(tables)
+    with named_sessions(tables):  # as the page names them: the date each began and a letter, never the boot id
+        section = conditions_section(tables)
     assert "1 model(s) without a same-lease pair (no speedup)" in section["summary"][0]
-    assert any(line.startswith("this host, paper, resnet18: CPU in lease aaaaaaaa…") for line in section["crossing"])
+    assert any(line.startswith("this host, paper, resnet18: CPU in lease 2026-01-01 A") for line in section["crossing"])
 
 
 def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spreads(tmp_path):
     tables = run(tmp_path, mixed_study())
-    section = conditions_section(tables)
+    with named_sessions(tables):
+        section = conditions_section(tables)
     sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
     # per device: the CPU jobs' before-sentinels of lease A (2000 and 2200: median 2,100, (2200 − 2000) / 2100
     # between them), the GPU job's apart
-    cpu = ["this host", "input pipeline, one process", "CPU", "aaaaaaaa…", "2", "2,100 images/s", "9.5%", "1.0%"]
-    gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "aaaaaaaa…", "1", "2,200 images/s", "0.0%", "1.0%"]
+    cpu = ["this host", "input pipeline, one process", "CPU", "2026-01-01 A", "2", "2,100 images/s", "9.5%", "1.0%"]
+    gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "2026-01-01 A", "1", "2,200 images/s", "0.0%", "1.0%"]
     assert cpu in sentinels and gpu in sentinels
     assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
     # judged as gpuscale.contract.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table
@@ -304,12 +313,12 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     # caption)
     drift = [[c["text"] for c in row] for row in section["drift"]["rows"]]
     assert drift == [
-        ["simplecnn", "CPU", "aaaaaaaa…", "input pipeline, one process", "0.75 (25% slower)"],
-        ["simplecnn", "CPU", "aaaaaaaa…", "memory bandwidth, one core", "1.10 (10% faster)"],
+        ["simplecnn", "CPU", "2026-01-01 A", "input pipeline, one process", "0.75 (25% slower)"],
+        ["simplecnn", "CPU", "2026-01-01 A", "memory bandwidth, one core", "1.10 (10% faster)"],
     ]
     assert "Every row: source this host; variant paper; seed 0; round 1." in section["drift"]["caption"]
     leases = [[c["text"] for c in row] for row in section["leases"]["rows"]]
-    assert sorted(row[1] for row in leases) == ["aaaaaaaa…", "bbbbbbbb…", "not recorded"]
+    assert sorted(row[1] for row in leases) == ["2026-01-01 A", "2026-01-01 B", "not recorded"]
     # a column empty in every row is left out (no figure here was paired in two leases); where one was, it shows
     assert "spread: lease to lease" not in section["spreads"]["header"]
     assert section["spreads"]["header"][0] == "model"
@@ -335,7 +344,7 @@ def test_the_page_renders_the_marks_and_the_conditions(tmp_path):
     assert '<section id="conditions">' in html and "Measurement conditions" in html
     assert "10.0×<sup>†</sup>" in html and "40.0×<sup>‡</sup>" in html
     assert "2,200 images/s" in html
-    assert 'title="Measurement conditions">2 machine leases, 2 record(s) without one;' in html
+    assert "this host: 2 machine leases (2026-01-01 A, 2026-01-01 B), 2 record(s) without one;" in html
 
 
 def test_a_one_lease_figure_is_marked_beside_figures_of_several_and_the_cells_give_seconds_per_epoch(tmp_path):

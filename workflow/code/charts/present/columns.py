@@ -1,0 +1,1 @@
+../../../../src/gpuscale/present/columns.py
