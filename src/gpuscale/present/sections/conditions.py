@@ -23,7 +23,8 @@ TEMPLATE = """\
 (boot to boot) and within one, in minutes. So CPU and GPU are paired within one lease (report.pairing:
 {{ conditions.pairing }}), a sentinel before and after every job records the machine's level as a witness (never a
 correction), and every figure's spread between epochs, rounds, seeds and leases is shown on its own.</p>
-<dl class="glossary">{% for term, meaning in conditions.glossary %}<div><dt>{{ term }}:</dt> <dd>{{ meaning }}</dd></div>{% endfor %}</dl>
+<details><summary>This section's words, defined exactly ({{ conditions.glossary|map(attribute=0)|join(', ') }})</summary>
+<dl class="glossary">{% for term, meaning in conditions.glossary %}<div><dt>{{ term }}:</dt> <dd>{{ meaning }}</dd></div>{% endfor %}</dl></details>
 <ul>{% for line in conditions.summary %}<li>{{ line }}</li>{% endfor %}</ul>
 {% if conditions.skipped %}<p>Records left out of every figure ({{ conditions.skipped|length }}), each with why:</p>
 <ul class="skipped">{% for line in conditions.skipped %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
