@@ -33,8 +33,8 @@ of each device and the model's training FLOPs by layer kind and layer count, eac
 {% if prediction.trust %}<p><strong>How far to trust it.</strong> {{ prediction.trust }}</p>{% endif %}
 {% if prediction.host %}<details><summary>Every model predicted for this host ({{ prediction.host.rows|length }} models; PREDICTION)</summary>
 {{ data_table(prediction.host, tall=True, pin_first=True) }}
-</details>{% else %}<p>No probe records of this host: the predict preset (<code>snakemake --cores 2 --configfile
-config/predict.yaml</code>) predicts each model here in a few minutes, and <code>gpuscale predict --model NAME</code> one
+</details>{% else %}<p>No probe records of this host: the predict preset (<code>gpuscale use config/predict.yaml</code>, then
+<code>snakemake --cores 2</code>) predicts each model here in a few minutes, and <code>gpuscale predict --model NAME</code> one
 model.</p>{% endif %}
 </section>
 """  # noqa: E501 (the page's markup, line for line)
