@@ -60,6 +60,11 @@ def commit(repo, message):
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], repo)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known regression (issue 48, open): since gpuscale use, the stages read the git-ignored merged params, and "
+    "dvc exp show lists the experiment's train.epochs empty in both params files",
+)
 def test_exp_run_with_a_changed_param_then_show_and_diff(tmp_path, monkeypatch):
     repo = copy_project(tmp_path / "repo", git=True)
     config = params.deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
@@ -78,7 +83,11 @@ def test_exp_run_with_a_changed_param_then_show_and_diff(tmp_path, monkeypatch):
     table = run(["dvc", "exp", "show", "--csv"], repo).stdout
     rows = {row["Experiment"] or row["rev"]: row for row in csv.DictReader(io.StringIO(table))}
     exp = rows["two-epochs"]
-    assert exp["train.epochs"] == "2" and float(exp["s.paper.simplecnn.cpu"]) > 0
+    # the key as params.yaml has it and as the stages read it (the merged params of `gpuscale use`): DVC names each
+    # by its file where two files hold it
+    epochs = [name for name in exp if name == "train.epochs" or name.endswith(":train.epochs")]
+    assert epochs and {exp[name] for name in epochs} == {"2"}, sorted(exp)
+    assert float(exp["s.paper.simplecnn.cpu"]) > 0
     assert all(not name.startswith(("speedup", "fits", "steady_speedup")) for name in exp)
 
     assert not [name for name in exp if name.startswith("src/")]  # code: one column per command, not per module
