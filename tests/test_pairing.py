@@ -304,8 +304,9 @@ def test_the_conditions_section_gives_each_leases_sentinel_the_drift_and_the_spr
     sentinels = [[c["text"] for c in row] for row in section["sentinels"]["rows"]]
     # per device: the CPU jobs' before-sentinels of lease A (2000 and 2200: median 2,100, (2200 − 2000) / 2100
     # between them), the GPU job's apart
-    cpu = ["this host", "input pipeline, one process", "CPU", "2026-01-01 A", "2", "2,100 images/s", "9.5%", "1.0%"]
-    gpu = ["this host", "input pipeline, one process", "GPU (CUDA)", "2026-01-01 A", "1", "2,200 images/s", "0.0%", "1.0%"]
+    pipeline, a = "input pipeline, one process", "2026-01-01 A"
+    cpu = ["this host", pipeline, "CPU", a, "2", "2,100 images/s", "9.5%", "1.0%"]
+    gpu = ["this host", pipeline, "GPU (CUDA)", a, "1", "2,200 images/s", "0.0%", "1.0%"]
     assert cpu in sentinels and gpu in sentinels
     assert "CPU training arithmetic (dropped)" in [row[1] for row in sentinels]
     # judged as gpuscale.contract.conditions judges: cpu_training, dropped from the sentinel, is no witness; a table
